@@ -1,0 +1,226 @@
+/* mpx plugin ABI: the one entry symbol, the descriptor every plugin returns, the host
+ * table the core hands to plugins, option schemas and declared incompatibilities.
+ *
+ * Rules (LV2 / SQLite style):
+ *  - A plugin exports only `mpx_plugin_entry`. It returns a descriptor whose first
+ *    fields are the ABI major/minor it was built against and its own struct size.
+ *  - The core refuses another major or a newer minor, and reads no descriptor field
+ *    beyond the size the plugin declares.
+ *  - Every table (host, descriptor, kind vtables) is append-only: new fields go at the
+ *    end, with a minor bump. Each starts with its size so both sides can tell.
+ *  - Plugins never print and never exit(): every call returns an mpx_status and sets its
+ *    message through host->error; the core prefixes the plugin's KIND/NAME.
+ *  - Plugins keep no global mutable state: all state hangs off the objects they create.
+ */
+#ifndef MPX_ABI_H
+#define MPX_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MPX_ABI_MAJOR 1
+#define MPX_ABI_MINOR 0
+
+#if defined(__GNUC__)
+#define MPX_EXPORT __attribute__((visibility("default")))
+#define MPX_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MPX_EXPORT
+#define MPX_PRINTF(a, b)
+#endif
+
+/* Every ABI call returns one of these; MPX_OK is 0. */
+typedef enum mpx_status {
+    MPX_OK = 0,
+    MPX_ERR = -1,        /* generic failure, message set through host->error */
+    MPX_ERR_NOMEM = -2,
+    MPX_ERR_UNSUPPORTED = -3, /* the op/dtype/combination is not implemented */
+} mpx_status;
+
+typedef enum mpx_kind {
+    MPX_KIND_PRECISION = 0,
+    MPX_KIND_OPTIMIZER = 1,
+    MPX_KIND_ZERO = 2,
+    MPX_KIND_MODEL = 3,
+    MPX_KIND_BACKEND = 4,
+    MPX_KIND_COMM = 5,
+    MPX_KIND_COUNT
+} mpx_kind;
+
+/* Storage types. 16-bit floats are stored as uint16_t bit patterns. */
+typedef enum mpx_dtype {
+    MPX_F32 = 0,
+    MPX_F16 = 1,
+    MPX_BF16 = 2,
+    MPX_I32 = 3,
+    MPX_DTYPE_NONE = 15, /* "absent" (e.g. no master copy) or "same as another field" */
+} mpx_dtype;
+
+static inline size_t mpx_dtype_size(mpx_dtype t)
+{
+    switch (t) {
+    case MPX_F32: case MPX_I32: return 4;
+    case MPX_F16: case MPX_BF16: return 2;
+    default: return 0;
+    }
+}
+
+static inline const char *mpx_dtype_name(mpx_dtype t)
+{
+    switch (t) {
+    case MPX_F32: return "fp32";
+    case MPX_F16: return "fp16";
+    case MPX_BF16: return "bf16";
+    case MPX_I32: return "int32";
+    default: return "none";
+    }
+}
+
+/* ---- Option schemas: a plugin's configuration described as data ------------------ */
+
+typedef enum mpx_opt_type {
+    MPX_OPT_BOOL = 0,
+    MPX_OPT_INT = 1,
+    MPX_OPT_FLOAT = 2,       /* an integer literal is accepted too */
+    MPX_OPT_STRING = 3,
+    MPX_OPT_CHOICE = 4,      /* a string from `choices` */
+    MPX_OPT_FLOAT_LIST = 5,  /* [a, b, ...]; list_len > 0 fixes the length */
+    MPX_OPT_STRING_LIST = 6,
+} mpx_opt_type;
+
+typedef struct mpx_option {
+    const char *key;      /* no dots: it lives in the plugin's own sub-group */
+    mpx_opt_type type;
+    const char *def;      /* default as a libconfig literal: "0.9", "true", "\"x\"", "[0.9, 0.999]"; NULL = required */
+    double min, max;      /* inclusive range for INT/FLOAT (and list items); ignored when min > max */
+    const char *choices;  /* CHOICE: "a|b|c" */
+    const char *help;     /* one line */
+    int list_len;         /* FLOAT_LIST/STRING_LIST: required length, 0 = any */
+} mpx_option;
+
+#define MPX_NO_RANGE 1.0, 0.0
+
+/* A combination this plugin cannot run in. `other` is "KIND/NAME", or "KIND" alone for every plugin of that kind. */
+typedef struct mpx_incompat {
+    const char *other;
+    const char *reason;
+} mpx_incompat;
+
+/* ---- The host: what the core offers every plugin -------------------------------- */
+
+typedef struct mpx_host mpx_host;
+
+/* Per-instance context the host passes to every plugin call. Its first field is public
+ * so plugins reach the host table without global state; the rest is the core's. */
+typedef struct mpx_env {
+    const mpx_host *host;
+} mpx_env;
+
+/* Memory roles: every model-state byte is allocated under one and counted. */
+typedef enum mpx_role {
+    MPX_ROLE_WEIGHTS = 0,
+    MPX_ROLE_GRADS = 1,
+    MPX_ROLE_GRAD_ACC = 2,
+    MPX_ROLE_MASTER = 3,
+    MPX_ROLE_OPT_STATE = 4,
+    MPX_ROLE_COMPENSATION = 5,
+    MPX_ROLE_SCRATCH = 6,   /* transient: activations, workspaces; reported apart */
+    MPX_ROLE_COUNT
+} mpx_role;
+
+struct mpx_ops;             /* mpx/ops.h */
+struct mpx_precision_desc;  /* mpx/precision.h */
+struct mpx_piece;           /* mpx/optimizer.h */
+
+struct mpx_host {
+    uint16_t abi_major, abi_minor;
+    uint32_t size;
+
+    /* Sets the calling instance's error message (file and line of the plugin source).
+     * Returns nothing; the plugin then returns a non-zero mpx_status. */
+    void (*error)(mpx_env *env, const char *file, int line, const char *fmt, ...) MPX_PRINTF(4, 5);
+
+    /* Options. A key without a dot is looked up in the plugin's own sub-group (defaults
+     * already filled in and validated against the schema); a dotted key
+     * ("train.batch_size") is any key of the effective run configuration. */
+    int (*opt_bool)(mpx_env *env, const char *key, int *out);
+    int (*opt_int)(mpx_env *env, const char *key, int64_t *out);
+    int (*opt_float)(mpx_env *env, const char *key, double *out);
+    int (*opt_string)(mpx_env *env, const char *key, const char **out); /* valid for the run */
+    int (*opt_float_list)(mpx_env *env, const char *key, double *out, size_t cap, size_t *n);
+    int (*opt_string_list)(mpx_env *env, const char *key, const char **out, size_t cap, size_t *n);
+
+    /* Backend memory, counted under `role`. `what` names the buffer in reports. */
+    void *(*alloc)(mpx_env *env, mpx_role role, size_t bytes, const char *what);
+    void (*release)(mpx_env *env, void *ptr);
+
+    /* The run's compute backend: its op table and instance (NULL while loading the
+     * backend itself). */
+    const struct mpx_ops *(*ops)(mpx_env *env, void **backend);
+
+    /* The run's 64-bit seed (run.seed). */
+    uint64_t (*seed)(mpx_env *env);
+
+    /* The effective precision descriptor (policy defaults + core overrides). */
+    const struct mpx_precision_desc *(*precision)(mpx_env *env);
+
+    /* Writes one optimizer piece's fp32 update into the master copy, or into the weights
+     * when there is none, with the policy's rounding (nearest / stochastic / kahan).
+     * `update` is indexed like the optimizer's param buffer (see mpx/optimizer.h).
+     * Rounding has one owner: the host. */
+    int (*apply_update)(mpx_env *env, const struct mpx_piece *piece, const float *update);
+
+    /* Sum `n` doubles across all ranks in place (one rank: no-op). ZeRO extends it. */
+    int (*allreduce_sum)(mpx_env *env, double *vals, size_t n);
+
+    /* A warning or note for the run's log (plugins never print themselves). */
+    void (*note)(mpx_env *env, const char *fmt, ...) MPX_PRINTF(2, 3);
+};
+
+/* Sets the error with the caller's file and line and evaluates to MPX_ERR. */
+#define MPX_FAIL(env, ...) \
+    ((env)->host->error((env), __FILE__, __LINE__, __VA_ARGS__), MPX_ERR)
+
+/* Evaluates `call`; on a non-zero status returns it from the enclosing function. */
+#define MPX_TRY(call) do { int mpx_rc_ = (call); if (mpx_rc_ != 0) return mpx_rc_; } while (0)
+
+/* ---- The descriptor ------------------------------------------------------------- */
+
+typedef struct mpx_plugin_desc {
+    uint16_t abi_major, abi_minor; /* MPX_ABI_MAJOR / MPX_ABI_MINOR the plugin was built with */
+    uint32_t size;                 /* sizeof(mpx_plugin_desc) as the plugin knows it */
+
+    mpx_kind kind;
+    const char *name;     /* unique within its kind */
+    const char *version;  /* the plugin's own version, e.g. "1.0.0" */
+    const char *summary;  /* one line */
+
+    const mpx_option *options; /* config schema of the plugin's sub-group */
+    size_t n_options;
+
+    const mpx_incompat *incompat; /* declared incompatibilities */
+    size_t n_incompat;
+    /* Optional finer check on the whole configuration: returns 0 if the plugin can run
+     * in it, else non-zero with the reason written to `why`. */
+    int (*check)(mpx_env *env, char *why, size_t why_len);
+
+    /* Kind-specific table: mpx_precision_vtable, mpx_model_vtable, ... (each starts with
+     * its own uint32_t size). */
+    const void *vtable;
+} mpx_plugin_desc;
+
+typedef const mpx_plugin_desc *(*mpx_plugin_entry_fn)(const mpx_host *host);
+
+#define MPX_PLUGIN_ENTRY_SYMBOL "mpx_plugin_entry"
+/* Define in exactly one file of each plugin:
+ *   MPX_PLUGIN_ENTRY { return &my_descriptor; }   */
+#define MPX_PLUGIN_ENTRY \
+    MPX_EXPORT const mpx_plugin_desc *mpx_plugin_entry(const mpx_host *host); \
+    MPX_EXPORT const mpx_plugin_desc *mpx_plugin_entry(const mpx_host *host)
+
+#define MPX_DESC_HEADER .abi_major = MPX_ABI_MAJOR, .abi_minor = MPX_ABI_MINOR, \
+                        .size = sizeof(mpx_plugin_desc)
+
+#define MPX_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

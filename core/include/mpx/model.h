@@ -1,0 +1,131 @@
+/* Models: a parameter table, forward, backward, checkpoint I/O.
+ * Models compute only through the op API (mpx/ops.h) with the dtypes of the effective
+ * precision descriptor, and never parse data: the core's task glue builds batches. */
+#ifndef MPX_MODEL_H
+#define MPX_MODEL_H
+
+#include "mpx/abi.h"
+#include "mpx/ops.h"
+#include "mpx/precision.h"
+
+typedef enum mpx_group {
+    MPX_GROUP_EMBEDDING = 0,
+    MPX_GROUP_ATTENTION = 1,
+    MPX_GROUP_FFN = 2,
+    MPX_GROUP_NORM = 3,
+    MPX_GROUP_HEAD = 4,
+    MPX_GROUP_COUNT
+} mpx_group;
+
+static inline const char *mpx_group_name(mpx_group g)
+{
+    static const char *names[] = { "embedding", "attention", "ffn", "norm", "head" };
+    return (unsigned)g < MPX_GROUP_COUNT ? names[g] : "?";
+}
+
+typedef enum mpx_init {
+    MPX_INIT_ZEROS = 0,
+    MPX_INIT_ONES = 1,
+    MPX_INIT_NORMAL = 2,   /* mean 0, std init_std */
+} mpx_init;
+
+#define MPX_MAX_DIMS 4
+
+typedef struct mpx_param_info {
+    const char *name;      /* checkpoint name, e.g. "encoder.layer.0.attention.self.query.weight" */
+    int ndim;
+    int64_t shape[MPX_MAX_DIMS];
+    int layer;             /* encoder layer index, -1 outside the layers */
+    mpx_group group;
+    int no_decay;          /* default weight-decay exemption (biases, LayerNorm weights) */
+    mpx_init init;         /* for random initialisation */
+    float init_std;
+    uint32_t site;         /* Philox site for this tensor's init and stochastic rounding */
+} mpx_param_info;
+
+/* A random-number site the model draws from (dropout places). */
+typedef struct mpx_site {
+    uint32_t id;
+    const char *name;
+} mpx_site;
+
+/* A batch: a set of named int32 tensors in backend memory (input_ids, segment_ids,
+ * input_mask, start_positions, end_positions for BERT; whatever the toy needs). */
+typedef struct mpx_itensor {
+    const char *name;
+    const int32_t *data;
+    int ndim;
+    int64_t shape[2];
+} mpx_itensor;
+
+typedef struct mpx_batch {
+    uint32_t size;
+    const mpx_itensor *tensors;
+    int n_tensors;
+    int training;          /* dropout on, labels present */
+    uint32_t tick;         /* step * accumulation_steps + micro_batch, for mpx_rng */
+} mpx_batch;
+
+static inline const mpx_itensor *mpx_batch_get(const mpx_batch *b, const char *name)
+{
+    for (int i = 0; i < b->n_tensors; i++) {
+        const char *x = b->tensors[i].name, *y = name;
+        while (*x && *x == *y) { x++; y++; }
+        if (*x == *y) return &b->tensors[i];
+    }
+    return NULL;
+}
+
+/* Where the host put the model's state: flat buffers, parameter i at offsets[i]. */
+typedef struct mpx_model_bind {
+    uint32_t size;
+    mpx_arg weights;       /* flat, precision->weights dtype */
+    mpx_arg grads;         /* flat, precision->grads dtype */
+    const size_t *offsets; /* element offset of each parameter in both buffers */
+    size_t numel;          /* total elements */
+} mpx_model_bind;
+
+/* Outputs of forward. logits are backend memory owned by the model, valid until the
+ * next forward. */
+#define MPX_MAX_OUTPUTS 4
+typedef struct mpx_forward_out {
+    uint32_t size;
+    double loss;           /* unscaled mean loss (NaN when the batch has no labels) */
+    int n_outputs;
+    const char *names[MPX_MAX_OUTPUTS]; /* "start_logits", "end_logits"; toy: "logits" */
+    mpx_arg outputs[MPX_MAX_OUTPUTS];
+    size_t rows, cols;     /* each output is rows × cols */
+} mpx_forward_out;
+
+typedef struct mpx_model_vtable {
+    uint32_t size;
+    /* Read options (model.checkpoint, sizes) and the checkpoint's config; no weights yet. */
+    int (*create)(mpx_env *env, void **self);
+    void (*destroy)(void *self);
+
+    size_t (*n_params)(void *self);
+    const mpx_param_info *(*param)(void *self, size_t i);
+    size_t (*n_sites)(void *self);
+    const mpx_site *(*site)(void *self, size_t i);
+
+    /* Fill the flat fp32 host array (numel elements, laid out by `offsets`) from the
+     * checkpoint, or by random initialisation seeded with `seed`. The host casts it into
+     * the weights (and master) in the policy's dtypes. */
+    int (*init_weights)(void *self, float *flat, const size_t *offsets, uint64_t seed);
+
+    /* The host has allocated weights and grads; the model allocates its activations
+     * (role scratch) for up to `max_batch` × `max_seq` inputs. */
+    int (*bind)(void *self, const mpx_model_bind *bind, int max_batch, int max_seq);
+
+    /* Forward on one batch. Computes the loss when labels are present. */
+    int (*forward)(void *self, const mpx_batch *batch, mpx_forward_out *out);
+
+    /* Backward of (loss * loss_scale) for the batch of the last forward, writing the
+     * grads (accumulate != 0: adding to them). */
+    int (*backward)(void *self, const mpx_batch *batch, float loss_scale, int accumulate);
+
+    /* Save a checkpoint folder (same format as loaded) from the flat fp32 host array. */
+    int (*save)(void *self, const char *dir, const float *flat, const size_t *offsets);
+} mpx_model_vtable;
+
+#endif

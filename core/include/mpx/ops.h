@@ -1,0 +1,160 @@
+/* The op API: what a compute backend offers models, the optimizer path and the core.
+ *
+ * Every array argument is an mpx_arg: a backend pointer plus the dtype it is stored in.
+ * Each op reads and writes the dtypes its caller names and accumulates internally in
+ * fp32 (DESIGN, Numerics rules): a 16-bit input is widened exactly, every intermediate
+ * is fp32, each output is rounded once, to nearest even, to its dtype. A GEMM is
+ * "round inputs to `compute`, multiply-accumulate in fp32, round the output".
+ * Layout is row-major throughout. Pointers are backend memory (host memory on the CPU
+ * backend); host-side scalars (losses, norms, flags) are plain C pointers.
+ * Ops return MPX_OK, or MPX_ERR_UNSUPPORTED for a dtype combination they lack (with a
+ * message through the host), never crash on one.
+ * Append-only: new ops go at the end of mpx_ops.
+ */
+#ifndef MPX_OPS_H
+#define MPX_OPS_H
+
+#include "mpx/abi.h"
+
+typedef struct mpx_arg {
+    void *p;
+    mpx_dtype t;
+} mpx_arg;
+
+static inline mpx_arg mpx_a(void *p, mpx_dtype t) { mpx_arg a = { p, t }; return a; }
+
+/* Element i of an array of dtype t, as a pointer (for offsets into flat buffers). */
+static inline mpx_arg mpx_at(mpx_arg a, size_t i)
+{
+    mpx_arg r = { (char *)a.p + i * mpx_dtype_size(a.t), a.t };
+    return r;
+}
+
+/* C = alpha * op(A) · op(B) + beta * C, for `batch` matrices at the given strides
+ * (elements). op(A) is m×k, op(B) is k×n, C is m×n, all row-major with leading
+ * dimensions lda/ldb/ldc. Inputs are rounded to `compute` (MPX_F32, MPX_F16 or
+ * MPX_BF16) before the fp32 multiply, so an fp32-stored weight can feed an fp16 GEMM
+ * (autocast). With beta != 0 the old C is read in its dtype. */
+typedef struct mpx_gemm {
+    int trans_a, trans_b;
+    int m, n, k;
+    float alpha, beta;
+    mpx_arg a; int lda; long long stride_a;
+    mpx_arg b; int ldb; long long stride_b;
+    mpx_arg c; int ldc; long long stride_c;
+    int batch;            /* 1 for a plain GEMM */
+    mpx_dtype compute;
+} mpx_gemm;
+
+/* Philox 4x32-10 stream position (DESIGN, Numerics rules): key = run seed; counter =
+ * (element / 4 as 64 bits, site, step * accumulation_steps + micro_batch). */
+typedef struct mpx_rng {
+    uint64_t seed;
+    uint32_t site;
+    uint32_t tick;        /* step * accumulation_steps + micro_batch */
+} mpx_rng;
+
+typedef enum mpx_rounding {
+    MPX_ROUND_NEAREST = 0,
+    MPX_ROUND_STOCHASTIC = 1,
+    MPX_ROUND_KAHAN = 2,
+} mpx_rounding;
+
+typedef struct mpx_ops {
+    uint32_t size;
+
+    /* ---- memory ---- */
+    void *(*alloc)(void *be, size_t bytes);          /* zero-filled; NULL on failure */
+    void (*free)(void *be, void *p);
+    int (*to_device)(void *be, void *dst, const void *src, size_t bytes);
+    int (*to_host)(void *be, void *dst, const void *src, size_t bytes);
+    int (*copy)(void *be, void *dst, const void *src, size_t bytes);
+    int (*fill_zero)(void *be, void *p, size_t bytes);
+
+    /* ---- elementwise ---- */
+    /* y = x converted (round to nearest even) */
+    int (*cast)(void *be, mpx_arg x, mpx_arg y, size_t n);
+    /* y = a + b (residual add); y may alias a or b */
+    int (*add)(void *be, mpx_arg a, mpx_arg b, mpx_arg y, size_t n);
+    /* y = alpha * x + beta * y */
+    int (*axpby)(void *be, float alpha, mpx_arg x, float beta, mpx_arg y, size_t n);
+    /* x *= alpha in place */
+    int (*scale)(void *be, mpx_arg x, float alpha, size_t n);
+
+    /* ---- GEMM ---- */
+    int (*gemm)(void *be, const mpx_gemm *g);
+
+    /* y[r, c] = x[r, c] + bias[c]; y may alias x */
+    int (*bias_add)(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
+    /* dbias[c] (+)= sum_r dy[r, c]   (accumulate != 0 adds to the old value) */
+    int (*bias_grad)(void *be, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate);
+
+    /* ---- layernorm over the last dimension ---- */
+    /* y = (x - mean) * rstd * gamma + beta; mean and rstd (fp32, `rows` each) are saved */
+    int (*layernorm_fwd)(void *be, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
+                         float *mean, float *rstd, size_t rows, size_t cols, float eps);
+    /* dx (+)= ..., dgamma (+)= ..., dbeta (+)= ... */
+    int (*layernorm_bwd)(void *be, mpx_arg dy, mpx_arg x, mpx_arg gamma,
+                         const float *mean, const float *rstd,
+                         mpx_arg dx, mpx_arg dgamma, mpx_arg dbeta,
+                         size_t rows, size_t cols, int accumulate_dx, int accumulate_params);
+
+    /* ---- attention softmax ---- */
+    /* x: [batch, heads, rows, cols]; mask: fp32 additive, [batch, cols] (NULL p = none).
+     * y = softmax(scale * x + mask[b, :]) over cols. */
+    int (*softmax_fwd)(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y,
+                       size_t batch, size_t heads, size_t rows, size_t cols, float scale);
+    /* dx = scale * y * (dy - sum_c dy * y) */
+    int (*softmax_bwd)(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx,
+                       size_t n_rows, size_t cols, float scale);
+
+    /* ---- GELU, erf form ---- */
+    int (*gelu_fwd)(void *be, mpx_arg x, mpx_arg y, size_t n);
+    int (*gelu_bwd)(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n);  /* dx = dy * gelu'(x) */
+
+    /* ---- dropout: keep with probability 1 - p, scale kept by 1 / (1 - p).
+     * The mask is regenerated from `rng` in backward, never stored. Element i draws
+     * word i % 4 of Philox(counter = (i / 4, site, tick)), uniform u = (x >> 8) * 2^-24,
+     * kept when u >= p. */
+    int (*dropout_fwd)(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng);
+    int (*dropout_bwd)(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng);
+
+    /* ---- embeddings ---- */
+    /* y[i, :] = table[ids[i], :]; ids are int32 backend memory */
+    int (*embedding_fwd)(void *be, const int32_t *ids, size_t n_ids, mpx_arg table,
+                         size_t dim, mpx_arg y);
+    /* dtable[ids[i], :] += dy[i, :] (scatter-add; repeated ids accumulate) */
+    int (*embedding_bwd)(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy,
+                         mpx_arg dtable, size_t dim);
+
+    /* ---- loss: cross-entropy over positions (start or end logits) ----
+     * logits [rows, cols]; labels int32 [rows] in [0, cols). *loss = mean over rows
+     * (computed with an fp32 log-sum-exp). If dlogits.p is non-NULL it receives
+     * dscale * (softmax - onehot) / rows. */
+    int (*cross_entropy)(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
+                         size_t cols, double *loss, mpx_arg dlogits, float dscale);
+
+    /* ---- reductions (results to host) ---- */
+    int (*sum_squares)(void *be, mpx_arg x, size_t n, double *out);  /* fp32 partials, double total */
+    int (*count_nonfinite)(void *be, mpx_arg x, size_t n, size_t *out);
+
+    /* ---- weight update (the host's apply_update) ----
+     * w[i] = round(w[i] + u[i]) with `mode`; KAHAN keeps its compensation in `comp`
+     * (same dtype as w): y = u - c; t = w + y; c = (t - w) - y; w = t, all in fp32
+     * then stored. STOCHASTIC rounds with the Philox stream of `rng`. */
+    int (*apply_update)(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
+                        mpx_rounding mode, mpx_rng rng);
+} mpx_ops;
+
+/* Backend plugins (kind MPX_KIND_BACKEND) point their descriptor's vtable here. */
+typedef struct mpx_backend_vtable {
+    uint32_t size;
+    /* Options (e.g. threads) come through env. */
+    int (*create)(mpx_env *env, void **be);
+    void (*destroy)(void *be);
+    const mpx_ops *ops;
+    /* A line describing the device/threads, for run records. */
+    const char *(*describe)(void *be);
+} mpx_backend_vtable;
+
+#endif

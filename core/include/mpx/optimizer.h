@@ -1,0 +1,49 @@
+/* Optimizers: the update rule over the pieces of one shard.
+ * The optimizer computes an fp32 *update* (the amount to add) for each piece and hands
+ * it to host->apply_update, which writes it into the master copy (or the weights) with
+ * the policy's rounding, so rounding has one owner. */
+#ifndef MPX_OPTIMIZER_H
+#define MPX_OPTIMIZER_H
+
+#include "mpx/abi.h"
+#include "mpx/ops.h"
+
+/* A contiguous range of one parameter tensor that this rank owns. A piece never spans
+ * two tensors (LAMB needs each tensor's bounds). */
+typedef struct mpx_piece {
+    size_t param;          /* index in the model's parameter table */
+    size_t offset;         /* element offset in the step's flat buffers */
+    size_t len;            /* elements */
+    size_t tensor_offset;  /* where the range starts inside its tensor */
+    size_t tensor_numel;   /* the whole tensor's size */
+    float weight_decay;    /* 0 for no-decay tensors */
+    uint32_t site;         /* Philox site for stochastic rounding */
+} mpx_piece;
+
+#define MPX_MAX_OPT_STATE 4
+
+typedef struct mpx_opt_step {
+    uint32_t size;
+    const mpx_piece *pieces;
+    size_t n_pieces;
+    double lr;             /* this step's learning rate (schedule applied) */
+    int64_t step;          /* 1-based count of optimizer updates, this one included */
+    mpx_arg param;         /* flat: fp32 master, or the weights when there is no master */
+    const float *grad;     /* flat fp32 gradient: unscaled, clipped */
+    mpx_arg state[MPX_MAX_OPT_STATE]; /* n_state buffers, in precision->opt_state dtype */
+    float *update;         /* flat fp32 scratch the optimizer writes before apply_update */
+} mpx_opt_step;
+
+typedef struct mpx_optimizer_vtable {
+    uint32_t size;
+    int (*create)(mpx_env *env, void **self);
+    void (*destroy)(void *self);
+    /* Number of state buffers the host allocates (each like param, zero-filled). */
+    int (*n_state)(void *self);
+    /* State buffer names for records ("exp_avg", "exp_avg_sq"). */
+    const char *(*state_name)(void *self, int i);
+    /* Compute each piece's update and call env->host->apply_update for it. */
+    int (*step)(void *self, mpx_env *env, const mpx_opt_step *s);
+} mpx_optimizer_vtable;
+
+#endif

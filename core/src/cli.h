@@ -1,0 +1,25 @@
+/* The mpx command line: one function per subcommand. */
+#ifndef MPX_CLI_H
+#define MPX_CLI_H
+
+#include <stddef.h>
+
+/* Options common to the subcommands that load plugins and a configuration. */
+typedef struct mpx_cli {
+    const char *plugin_dirs[16];
+    size_t n_plugin_dirs;
+    const char *config;           /* CONFIG argument */
+    const char *overrides[256];   /* -s KEY=VALUE */
+    size_t n_overrides;
+    const char *positional[8];    /* other arguments, in order */
+    size_t n_positional;
+} mpx_cli;
+
+/* Parse argv (after the subcommand). Returns 0, or prints the problem and returns 2. */
+int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage);
+
+int mpx_cmd_plugins(int argc, char **argv);
+int mpx_cmd_check(int argc, char **argv);
+int mpx_cmd_run(int argc, char **argv);
+
+#endif

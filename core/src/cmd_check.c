@@ -1,0 +1,40 @@
+/* mpx check CONFIG [-s KEY=VALUE]... */
+#include <stdio.h>
+
+#include "check_report.h"
+#include "cli.h"
+#include "session.h"
+
+static const char check_usage[] =
+    "usage: mpx check CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
+    "  validates CONFIG (unknown keys, types, ranges, plugins, incompatible combinations)\n"
+    "  without running it, and prints the effective configuration with defaults filled in\n";
+
+int mpx_cmd_check(int argc, char **argv)
+{
+    mpx_cli c;
+    int rc = mpx_cli_parse(&c, argc, argv, check_usage);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (c.n_positional != 1) {
+        fputs(check_usage, stderr);
+        return 2;
+    }
+    mpx_session s;
+    char err[8192];
+    if (mpx_session_open(&s, c.plugin_dirs, c.n_plugin_dirs)) {
+        fprintf(stderr, "mpx: cannot scan plugin folders\n");
+        return 1;
+    }
+    rc = mpx_session_configure(&s, c.positional[0], c.overrides, c.n_overrides, err, sizeof err);
+    if (!rc) rc = mpx_session_check_compat(&s, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "mpx check: %s\n", err);
+        mpx_session_close(&s);
+        return 1;
+    }
+    mpx_config_write(s.cfg, stdout);
+    rc = mpx_check_report(&s, stdout, stderr);
+    mpx_session_close(&s);
+    if (rc == 0) fprintf(stderr, "mpx check: %s is valid\n", c.positional[0]);
+    return rc ? 1 : 0;
+}

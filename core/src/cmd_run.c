@@ -1,0 +1,125 @@
+/* mpx run CONFIG [-s KEY=VALUE]... */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "provenance.h"
+#include "record.h"
+#include "train.h"
+
+extern const char *const mpx_metrics_columns[];
+extern const size_t mpx_n_metrics_columns;
+
+static const char run_usage[] =
+    "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
+    "  trains and evaluates as CONFIG says; writes <run.output_dir>/<run.name>/run.json\n"
+    "  (status, effective config, plugins, metrics, counted memory) and metrics.csv\n"
+    "  (one row per step); exit 0 finished, 1 failed, 2 usage\n";
+
+static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c)
+{
+    char when[32];
+    json_t *overrides = json_array();
+    for (size_t i = 0; i < c->n_overrides; i++) json_array_append_new(overrides, json_string(c->overrides[i]));
+    char cmd[4096] = "mpx run";
+    for (int i = 0; i < argc; i++) {
+        size_t used = strlen(cmd);
+        snprintf(cmd + used, sizeof cmd - used, " %s", argv[i]);
+    }
+    return json_pack("{s:i, s:s, s:s, s:s, s:I, s:{s:s, s:o, s:o}, s:o, s:o, s:o, s:o}",
+                     "schema_version", 1, "command", cmd, "started", mpx_now_iso(when, sizeof when),
+                     "git_commit", mpx_git_commit(), "pid", (json_int_t)getpid(),
+                     "config", "file", c->config, "overrides", overrides, "effective", mpx_config_to_json(s->cfg),
+                     "plugins", mpx_provenance_plugins(s), "precision", mpx_provenance_precision(&s->prec),
+                     "machine", mpx_provenance_machine(s), "metrics", json_object());
+}
+
+/* Counted model-state bytes (DESIGN: never a formula). Persistent roles make the
+ * bytes-per-parameter figure; scratch is reported apart. */
+static json_t *memory_report(const mpx_session *s)
+{
+    static const char *roles[MPX_ROLE_COUNT] = { "weights", "grads", "grad_acc", "master",
+                                                 "opt_state", "compensation", "scratch" };
+    json_t *by = json_object(), *peak = json_object();
+    size_t persistent = 0;
+    for (int r = 0; r < MPX_ROLE_COUNT; r++) {
+        json_object_set_new(by, roles[r], json_integer((json_int_t)s->bytes[r]));
+        json_object_set_new(peak, roles[r], json_integer((json_int_t)s->peak[r]));
+        if (r != MPX_ROLE_SCRATCH) persistent += s->bytes[r];
+    }
+    return json_pack("{s:I, s:I, s:f, s:I, s:o, s:o}", "n_params", (json_int_t)s->numel,
+                     "persistent_bytes", (json_int_t)persistent,
+                     "bytes_per_param", s->numel ? (double)persistent / (double)s->numel : 0.0,
+                     "transient_peak_bytes", (json_int_t)s->peak[MPX_ROLE_SCRATCH],
+                     "bytes_by_role", by, "peak_by_role", peak);
+}
+
+static int run_dir(const mpx_session *s, char *dir, size_t len)
+{
+    const char *out, *name;
+    if (mpx_config_get_string(s->cfg, "run.output_dir", &out) || mpx_config_get_string(s->cfg, "run.name", &name))
+        return -1;
+    return snprintf(dir, len, "%s/%s", out, name) >= (int)len ? -1 : 0;
+}
+
+/* Everything after the record exists; failures end up in the record. */
+static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, char *err, size_t errlen)
+{
+    json_t *metrics = json_object_get(rec->root, "metrics");
+    if (mpx_train(s, t, rec, metrics, err, errlen)) return -1;
+    json_object_set_new(rec->root, "memory", memory_report(s));
+    if (t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1;
+    return 0;
+}
+
+int mpx_cmd_run(int argc, char **argv)
+{
+    mpx_cli c;
+    int rc = mpx_cli_parse(&c, argc, argv, run_usage);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (c.n_positional != 1) {
+        fputs(run_usage, stderr);
+        return 2;
+    }
+    c.config = c.positional[0];
+    mpx_session s;
+    mpx_task t;
+    memset(&t, 0, sizeof t);
+    char err[8192] = "", dir[PATH_MAX];
+    if (mpx_session_open(&s, c.plugin_dirs, c.n_plugin_dirs)) {
+        fprintf(stderr, "mpx run: cannot scan plugin folders\n");
+        return 1;
+    }
+    /* Before the record exists, errors go to stderr only. */
+    if (mpx_session_configure(&s, c.config, c.overrides, c.n_overrides, err, sizeof err) ||
+        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, dir, sizeof dir)) {
+        fprintf(stderr, "mpx run: %s\n", err[0] ? err : "run.output_dir/run.name too long");
+        mpx_session_close(&s);
+        return 1;
+    }
+    mpx_record rec;
+    rc = mpx_session_start(&s, err, sizeof err);
+    json_t *root = new_root(&s, argc, argv, &c);
+    if (mpx_record_open(&rec, dir, root, mpx_metrics_columns, mpx_n_metrics_columns, err + 4096, 4096)) {
+        fprintf(stderr, "mpx run: %s\n", err + 4096);
+        json_decref(root);
+        mpx_session_close(&s);
+        return 1;
+    }
+    if (!rc) rc = mpx_task_open(&t, &s, err, sizeof err);
+    if (!rc) {
+        json_object_set_new(root, "data_files", t.data_files(&t));
+        rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
+    }
+    if (!rc) rc = train_and_eval(&s, &t, &rec, err, sizeof err);
+    mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL);
+    if (rc) fprintf(stderr, "mpx run: %s\n", err);
+    else fprintf(stderr, "mpx run: finished; record in %s/run.json\n", dir);
+    json_decref(root);
+    if (t.destroy) t.destroy(&t);
+    mpx_session_close(&s);
+    return rc ? 1 : 0;
+}

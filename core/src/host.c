@@ -1,0 +1,186 @@
+/* The host table the core hands every plugin (mpx/abi.h: struct mpx_host). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+static mpx_env_impl *impl(mpx_env *env) { return (mpx_env_impl *)env; }
+
+static void host_error(mpx_env *env, const char *file, int line, const char *fmt, ...)
+{
+    mpx_env_impl *e = impl(env);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof e->err) {
+        const char *base = strrchr(file, '/');
+        snprintf(e->err + n, sizeof e->err - (size_t)n, " (%s:%d)", base ? base + 1 : file, line);
+    }
+}
+
+static void host_note(mpx_env *env, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mpx: note: %s: %s\n", impl(env)->label, buf);
+}
+
+/* Plain keys live in the plugin's own sub-group; dotted keys are absolute. */
+static const char *full_key(mpx_env *env, const char *key, char *buf, size_t len)
+{
+    if (strchr(key, '.')) return key;
+    snprintf(buf, len, "%s.%s", impl(env)->sub, key);
+    return buf;
+}
+
+#define OPT_GETTER(fn, type, getter, what)                                                   \
+    static int fn(mpx_env *env, const char *key, type out)                                   \
+    {                                                                                        \
+        char buf[256];                                                                       \
+        const char *k = full_key(env, key, buf, sizeof buf);                                 \
+        if (getter(impl(env)->s->cfg, k, out) != 0)                                          \
+            return MPX_FAIL(env, "option '%s' is missing or not " what, k);                  \
+        return MPX_OK;                                                                       \
+    }
+
+OPT_GETTER(host_opt_bool, int *, mpx_config_get_bool, "a boolean")
+OPT_GETTER(host_opt_int, int64_t *, mpx_config_get_int, "an integer")
+OPT_GETTER(host_opt_float, double *, mpx_config_get_float, "a number")
+OPT_GETTER(host_opt_string, const char **, mpx_config_get_string, "a string")
+
+static int host_opt_float_list(mpx_env *env, const char *key, double *out, size_t cap, size_t *n)
+{
+    char buf[256];
+    const char *k = full_key(env, key, buf, sizeof buf);
+    if (mpx_config_get_float_list(impl(env)->s->cfg, k, out, cap, n) != 0)
+        return MPX_FAIL(env, "option '%s' is missing, not a list of numbers, or longer than %zu", k, cap);
+    return MPX_OK;
+}
+
+static int host_opt_string_list(mpx_env *env, const char *key, const char **out, size_t cap, size_t *n)
+{
+    char buf[256];
+    const char *k = full_key(env, key, buf, sizeof buf);
+    if (mpx_config_get_string_list(impl(env)->s->cfg, k, out, cap, n) != 0)
+        return MPX_FAIL(env, "option '%s' is missing, not a list of strings, or longer than %zu", k, cap);
+    return MPX_OK;
+}
+
+void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what)
+{
+    (void)what;
+    if (s->n_allocs == s->cap_allocs) {
+        size_t cap = s->cap_allocs ? s->cap_allocs * 2 : 64;
+        mpx_alloc_rec *v = realloc(s->allocs, cap * sizeof *v);
+        if (!v) return NULL;
+        s->allocs = v;
+        s->cap_allocs = cap;
+    }
+    int on_backend = s->ops != NULL;
+    void *p;
+    if (on_backend) {
+        p = s->ops->alloc(s->be, bytes ? bytes : 1);
+    } else {
+        p = aligned_alloc(64, ((bytes ? bytes : 1) + 63) / 64 * 64);
+        if (p) memset(p, 0, bytes);
+    }
+    if (!p) return NULL;
+    s->allocs[s->n_allocs++] = (mpx_alloc_rec){ p, bytes, role, on_backend };
+    s->bytes[role] += bytes;
+    if (s->bytes[role] > s->peak[role]) s->peak[role] = s->bytes[role];
+    return p;
+}
+
+static void session_release(mpx_session *s, void *ptr)
+{
+    for (size_t i = 0; i < s->n_allocs; i++) {
+        mpx_alloc_rec *a = &s->allocs[i];
+        if (a->ptr != ptr) continue;
+        s->bytes[a->role] -= a->bytes;
+        if (a->on_backend) s->ops->free(s->be, ptr);
+        else free(ptr);
+        *a = s->allocs[--s->n_allocs];
+        return;
+    }
+}
+
+static void *host_alloc(mpx_env *env, mpx_role role, size_t bytes, const char *what)
+{
+    if ((unsigned)role >= MPX_ROLE_COUNT) {
+        (void)MPX_FAIL(env, "alloc of '%s' with unknown memory role %d", what, (int)role);
+        return NULL;
+    }
+    void *p = mpx_session_alloc(impl(env)->s, role, bytes, what);
+    if (!p) (void)MPX_FAIL(env, "out of memory allocating %zu bytes for '%s'", bytes, what);
+    return p;
+}
+
+static void host_release(mpx_env *env, void *ptr)
+{
+    if (ptr) session_release(impl(env)->s, ptr);
+}
+
+static const mpx_ops *host_ops(mpx_env *env, void **be)
+{
+    mpx_session *s = impl(env)->s;
+    if (be) *be = s->be;
+    return s->ops;
+}
+
+static uint64_t host_seed(mpx_env *env) { return impl(env)->s->seed; }
+
+static const mpx_precision_desc *host_precision(mpx_env *env) { return &impl(env)->s->prec; }
+
+static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *update)
+{
+    mpx_session *s = impl(env)->s;
+    if (!s->ops) return MPX_FAIL(env, "apply_update before the backend exists");
+    if (piece->offset + piece->len > s->numel)
+        return MPX_FAIL(env, "apply_update: piece [%zu, +%zu) is outside the %zu parameters",
+                        piece->offset, piece->len, s->numel);
+    /* With a master copy the update lands in fp32 exactly as computed; the rounding mode
+     * acts when the master is written back to the weights. */
+    int has_master = s->master.p != NULL;
+    mpx_arg target = mpx_at(has_master ? s->master : s->weights, piece->offset);
+    mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, piece->offset) : (mpx_arg){ NULL, target.t };
+    mpx_rounding mode = has_master ? MPX_ROUND_NEAREST : s->prec.rounding;
+    mpx_rng rng = { s->seed, piece->site, s->tick };
+    int rc = s->ops->apply_update(s->be, target, comp, update + piece->offset, piece->len, mode, rng);
+    if (rc) return MPX_FAIL(env, "apply_update of parameter %zu failed", piece->param);
+    return MPX_OK;
+}
+
+static int host_allreduce_sum(mpx_env *env, double *vals, size_t n)
+{
+    mpx_session *s = impl(env)->s;
+    const mpx_instance *c = &s->inst[MPX_KIND_COMM];
+    if (!c->self) return MPX_OK; /* one rank, no communicator yet */
+    return c->rec->vt.comm.allreduce_host(c->self, vals, n, MPX_SUM);
+}
+
+const mpx_host mpx_core_host = {
+    .abi_major = MPX_ABI_MAJOR,
+    .abi_minor = MPX_ABI_MINOR,
+    .size = sizeof(mpx_host),
+    .error = host_error,
+    .opt_bool = host_opt_bool,
+    .opt_int = host_opt_int,
+    .opt_float = host_opt_float,
+    .opt_string = host_opt_string,
+    .opt_float_list = host_opt_float_list,
+    .opt_string_list = host_opt_string_list,
+    .alloc = host_alloc,
+    .release = host_release,
+    .ops = host_ops,
+    .seed = host_seed,
+    .precision = host_precision,
+    .apply_update = host_apply_update,
+    .allreduce_sum = host_allreduce_sum,
+    .note = host_note,
+};

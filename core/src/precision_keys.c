@@ -1,0 +1,79 @@
+/* The `precision` group's core keys override the policy's defaults one at a time, so an
+ * ablation changes one thing (DESIGN, Precision policies). "policy" keeps the default. */
+#include <stdio.h>
+#include <string.h>
+
+#include "session.h"
+
+static const struct { const char *name; uint32_t bit; } island_names[] = {
+    { "layernorm", MPX_ISLAND_LAYERNORM }, { "softmax", MPX_ISLAND_SOFTMAX },
+    { "loss", MPX_ISLAND_LOSS }, { "residual", MPX_ISLAND_RESIDUAL },
+};
+
+/* "all", "none", or a comma-separated list of island names. */
+static int parse_islands(const char *text, uint32_t *out, char *err, size_t errlen)
+{
+    if (strcmp(text, "all") == 0) { *out = MPX_ISLAND_ALL; return 0; }
+    if (strcmp(text, "none") == 0) { *out = 0; return 0; }
+    uint32_t bits = 0;
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int found = 0;
+        for (size_t i = 0; i < MPX_COUNT(island_names); i++)
+            if (strlen(island_names[i].name) == len && strncmp(p, island_names[i].name, len) == 0) {
+                bits |= island_names[i].bit;
+                found = 1;
+            }
+        if (!found) {
+            snprintf(err, errlen, "precision.islands: unknown island '%.*s' in \"%s\" (allowed: policy, "
+                     "all, none, or a comma list of layernorm, softmax, loss, residual)", (int)len, p, text);
+            return -1;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    *out = bits;
+    return 0;
+}
+
+static int parse_dtype(const char *s, mpx_dtype *out)
+{
+    if (strcmp(s, "fp32") == 0) *out = MPX_F32;
+    else if (strcmp(s, "fp16") == 0) *out = MPX_F16;
+    else if (strcmp(s, "bf16") == 0) *out = MPX_BF16;
+    else return -1;
+    return 0;
+}
+
+static int dtype_key(const mpx_config *cfg, const char *key, mpx_dtype *field, char *err, size_t errlen)
+{
+    const char *v;
+    if (mpx_config_get_string(cfg, key, &v) || strcmp(v, "policy") == 0) return 0;
+    if (parse_dtype(v, field)) {
+        snprintf(err, errlen, "%s: \"%s\" is not one of policy, fp32, fp16, bf16", key, v);
+        return -1;
+    }
+    return 0;
+}
+
+int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen)
+{
+    const char *v;
+    if (!mpx_config_get_string(cfg, "precision.islands", &v) && strcmp(v, "policy") != 0)
+        if (parse_islands(v, &d->islands, err, errlen)) return -1;
+    if (dtype_key(cfg, "precision.eval_logits", &d->eval_logits, err, errlen)) return -1;
+    if (dtype_key(cfg, "precision.comm_dtype", &d->comm, err, errlen)) return -1;
+    if (!mpx_config_get_string(cfg, "precision.loss_scale", &v) && strcmp(v, "policy") != 0)
+        d->loss_scale = v;
+    if (!mpx_config_get_string(cfg, "precision.rounding", &v) && strcmp(v, "policy") != 0) {
+        if (strcmp(v, "nearest") == 0) d->rounding = MPX_ROUND_NEAREST;
+        else if (strcmp(v, "stochastic") == 0) d->rounding = MPX_ROUND_STOCHASTIC;
+        else if (strcmp(v, "kahan") == 0) d->rounding = MPX_ROUND_KAHAN;
+        else {
+            snprintf(err, errlen, "precision.rounding: \"%s\" is not one of policy, nearest, stochastic, kahan", v);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,80 @@
+#include "provenance.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../datasets/sha256.h"
+#include "registry.h"
+
+#ifndef MPX_GIT_COMMIT
+#define MPX_GIT_COMMIT "unknown"
+#endif
+
+const char *mpx_git_commit(void) { return MPX_GIT_COMMIT; }
+
+static void cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        char *colon = strchr(line, ':');
+        if (colon) {
+            snprintf(buf, len, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = 0;
+        }
+        break;
+    }
+    fclose(f);
+}
+
+json_t *mpx_provenance_machine(mpx_session *s)
+{
+    char host[256] = "unknown", cpu[256];
+    gethostname(host, sizeof host - 1);
+    cpu_model(cpu, sizeof cpu);
+    const mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
+    const char *desc = b->self && b->rec->vt.backend.describe ? b->rec->vt.backend.describe(b->self) : "";
+    return json_pack("{s:s, s:s, s:I, s:s}", "hostname", host, "cpu", cpu,
+                     "cores", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "backend", desc ? desc : "");
+}
+
+json_t *mpx_provenance_plugins(const mpx_session *s)
+{
+    json_t *o = json_object();
+    for (int k = 0; k < MPX_KIND_COUNT; k++) {
+        const mpx_plugin_rec *r = s->inst[k].rec;
+        if (!r) continue;
+        json_object_set_new(o, mpx_kind_name((mpx_kind)k),
+                            json_pack("{s:s, s:s, s:s}", "name", r->desc.name, "version", r->desc.version,
+                                      "path", r->path));
+    }
+    return o;
+}
+
+json_t *mpx_provenance_precision(const mpx_precision_desc *d)
+{
+    static const char *rounding[] = { "nearest", "stochastic", "kahan" };
+    json_t *islands = json_array();
+    static const char *island_names[] = { "layernorm", "softmax", "loss", "residual" };
+    for (int i = 0; i < 4; i++)
+        if (d->islands & (1u << i)) json_array_append_new(islands, json_string(island_names[i]));
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s}",
+                     "weights", mpx_dtype_name(d->weights), "gemm_in", mpx_dtype_name(d->gemm_in),
+                     "act", mpx_dtype_name(d->act), "grads", mpx_dtype_name(d->grads),
+                     "grad_acc", mpx_dtype_name(d->grad_acc), "master", mpx_dtype_name(d->master),
+                     "opt_state", mpx_dtype_name(d->opt_state), "comm", mpx_dtype_name(d->comm),
+                     "eval_logits", mpx_dtype_name(d->eval_logits), "islands", islands,
+                     "loss_scale", d->loss_scale ? d->loss_scale : "none",
+                     "rounding", (unsigned)d->rounding < 3 ? rounding[d->rounding] : "?");
+}
+
+void mpx_provenance_add_file(json_t *obj, const char *path)
+{
+    char hex[65], err[512];
+    if (mpx_sha256_file(path, hex, err, sizeof err) == 0) json_object_set_new(obj, path, json_string(hex));
+    else json_object_set_new(obj, path, json_sprintf("unreadable: %s", err));
+}

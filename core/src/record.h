@@ -1,0 +1,46 @@
+/* Run records (DESIGN, Records): <dir>/run.json, rewritten atomically (temp file +
+ * rename) at the start, at every logged step and at the end; <dir>/metrics.csv, one row
+ * per step appended as the run goes. A run that dies on a catchable signal (the fault
+ * hook raises SIGABRT) still leaves run.json saying "killed", written from a record
+ * rendered in advance; one killed by SIGKILL leaves "running" with its last step, which
+ * readers treat as unfinished. */
+#ifndef MPX_RECORD_H
+#define MPX_RECORD_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+
+typedef struct mpx_record {
+    char dir[PATH_MAX];
+    char json_path[PATH_MAX + 16];
+    json_t *root;            /* the record; callers add to root["metrics"] etc. */
+    FILE *csv;
+    const char *const *columns;
+    size_t n_columns;
+} mpx_record;
+
+/* Create `dir` (and parents), start metrics.csv with `columns`, write run.json with
+ * status "running", and arm the crash handler. */
+int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *const *columns,
+                    size_t n_columns, char *err, size_t errlen);
+
+/* Append one metrics row (values in column order; NaN written as empty). */
+int mpx_record_row(mpx_record *r, const double *values);
+
+/* Rewrite run.json atomically with the current root (status unchanged). */
+int mpx_record_sync(mpx_record *r);
+
+/* Set status ("finished", "failed") and error (NULL = none), write, disarm. */
+int mpx_record_close(mpx_record *r, const char *status, const char *error);
+
+/* Write `j` to `path` atomically (temp file in the same folder + rename). */
+int mpx_write_json_atomic(const char *path, json_t *j);
+
+/* mkdir -p */
+int mpx_mkdirs(const char *path);
+
+/* ISO-8601 UTC time now. */
+const char *mpx_now_iso(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,19 @@
+/* The learning rate of every step, from the `scheduler` group and optimizer.lr. */
+#ifndef MPX_SCHEDULE_GLUE_H
+#define MPX_SCHEDULE_GLUE_H
+
+#include <stdint.h>
+
+#include "session.h"
+
+typedef struct mpx_lr_schedule {
+    double base_lr;
+    int64_t total_steps;
+    void *impl;
+} mpx_lr_schedule;
+
+int mpx_lr_schedule_open(mpx_lr_schedule *sc, const mpx_session *s, int64_t total_steps, char *err, size_t errlen);
+double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step);
+void mpx_lr_schedule_close(mpx_lr_schedule *sc);
+
+#endif

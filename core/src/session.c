@@ -1,0 +1,298 @@
+/* Session set-up: plugin discovery, configuration, compatibility, instances, and the
+ * flat model-state buffers (DESIGN, One training step). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core_schema.h"
+#include "session.h"
+
+static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
+
+static const mpx_plugin_desc *src_get(void *ctx, mpx_kind kind, size_t i)
+{
+    const mpx_plugin_rec *r = mpx_registry_get(ctx, kind, i);
+    return r ? &r->desc : NULL;
+}
+
+int mpx_session_open(mpx_session *s, const char *const *cli_dirs, size_t n_cli)
+{
+    memset(s, 0, sizeof *s);
+    char **dirs;
+    size_t n;
+    if (mpx_registry_default_dirs(cli_dirs, n_cli, &dirs, &n)) return -1;
+    return mpx_registry_scan(&s->reg, dirs, n, &mpx_core_host);
+}
+
+int mpx_session_configure(mpx_session *s, const char *path, const char *const *overrides,
+                          size_t n_overrides, char *err, size_t errlen)
+{
+    mpx_schema_source local = { &s->reg, src_count, src_get };
+    /* the config keeps a pointer to its source: keep one per session */
+    mpx_schema_source *keep = malloc(sizeof *keep);
+    if (!keep) { snprintf(err, errlen, "out of memory"); return -1; }
+    *keep = local;
+    int rc = mpx_config_load(&s->cfg, path, overrides, n_overrides, mpx_core_groups,
+                             mpx_n_core_groups, keep, err, errlen);
+    if (rc) { free(keep); return rc; }
+    s->src_keep = keep;
+    int64_t seed = 0;
+    mpx_config_get_int(s->cfg, "run.seed", &seed);
+    s->seed = (uint64_t)seed;
+    return 0;
+}
+
+static const char *const kind_group[MPX_KIND_COUNT] = {
+    [MPX_KIND_PRECISION] = "precision", [MPX_KIND_OPTIMIZER] = "optimizer",
+    [MPX_KIND_ZERO] = "zero", [MPX_KIND_MODEL] = "model",
+    [MPX_KIND_BACKEND] = "backend", [MPX_KIND_COMM] = "comm",
+};
+
+/* Find the selected plugin of each kind and give it an env. */
+static int select_plugins(mpx_session *s, char *err, size_t errlen)
+{
+    for (int k = 0; k < MPX_KIND_COUNT; k++) {
+        const char *name = mpx_config_selected(s->cfg, kind_group[k]);
+        const mpx_plugin_rec *rec = name ? mpx_registry_find(&s->reg, (mpx_kind)k, name) : NULL;
+        if (!rec) {
+            char names[512], dirs[2048];
+            snprintf(err, errlen, "%s.plugin: %s/%s not found (installed: %s; searched: %s)",
+                     kind_group[k], kind_group[k], name ? name : "?",
+                     mpx_registry_names(&s->reg, (mpx_kind)k, names, sizeof names),
+                     mpx_registry_dirs_text(&s->reg, dirs, sizeof dirs));
+            return -1;
+        }
+        mpx_instance *in = &s->inst[k];
+        in->rec = rec;
+        in->env.pub.host = &mpx_core_host;
+        in->env.s = s;
+        snprintf(in->env.label, sizeof in->env.label, "%s/%s", kind_group[k], rec->desc.name);
+        snprintf(in->env.sub, sizeof in->env.sub, "%s.%s", kind_group[k], rec->desc.name);
+    }
+    return 0;
+}
+
+static int matches(const char *other, mpx_session *s)
+{
+    char name[128];
+    int kind;
+    if (mpx_parse_plugin_ref(other, &kind, name, sizeof name) == 0 && kind >= 0)
+        return strcmp(s->inst[kind].rec->desc.name, name) == 0;
+    kind = mpx_kind_from_name(other); /* "KIND" alone: any plugin of that kind */
+    return kind >= 0;
+}
+
+static void append(char *err, size_t errlen, const char *fmt, const char *a, const char *b, const char *c)
+{
+    size_t used = strlen(err);
+    if (used >= errlen) return;
+    snprintf(err + used, errlen - used, fmt, a, b, c);
+}
+
+int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
+{
+    err[0] = 0;
+    if (select_plugins(s, err, errlen)) return -1;
+    for (int k = 0; k < MPX_KIND_COUNT; k++) {
+        mpx_instance *in = &s->inst[k];
+        const mpx_plugin_desc *d = &in->rec->desc;
+        for (size_t i = 0; i < d->n_incompat; i++)
+            if (matches(d->incompat[i].other, s))
+                append(err, errlen, "%s cannot be combined with %s: %s\n", in->env.label,
+                       d->incompat[i].other, d->incompat[i].reason);
+        if (d->check) {
+            char why[1024] = "";
+            if (d->check(&in->env.pub, why, sizeof why) != 0)
+                append(err, errlen, "%s refuses this configuration: %s%s\n", in->env.label, why, "");
+        }
+    }
+    size_t n = strlen(err);
+    if (n && err[n - 1] == '\n') err[n - 1] = 0;
+    return n ? -1 : 0;
+}
+
+const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len)
+{
+    mpx_instance *in = &s->inst[kind];
+    snprintf(buf, len, "%s: %s", in->env.label, in->env.err[0] ? in->env.err : "failed (no message)");
+    return buf;
+}
+
+/* Calls `call`; on failure writes the plugin's prefixed message to err. */
+#define START(kind, call)                                                          \
+    do {                                                                          \
+        if ((call) != 0) { mpx_session_error(s, kind, err, errlen); return -1; }   \
+    } while (0)
+
+int mpx_session_start(mpx_session *s, char *err, size_t errlen)
+{
+    if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
+    mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
+    START(MPX_KIND_BACKEND, b->rec->vt.backend.create(&b->env.pub, &b->self));
+    s->be = b->self;
+    s->ops = b->rec->vt.backend.ops;
+    if (!s->ops || s->ops->size < sizeof(mpx_ops)) {
+        snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);
+        return -1;
+    }
+    mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
+    START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
+    if (mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen)) return -1;
+    mpx_instance *c = &s->inst[MPX_KIND_COMM];
+    START(MPX_KIND_COMM, c->rec->vt.comm.create(&c->env.pub, &c->self));
+    mpx_instance *z = &s->inst[MPX_KIND_ZERO];
+    START(MPX_KIND_ZERO, z->rec->vt.zero.create(&z->env.pub, &z->self));
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    START(MPX_KIND_MODEL, m->rec->vt.model.create(&m->env.pub, &m->self));
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    START(MPX_KIND_OPTIMIZER, o->rec->vt.optimizer.create(&o->env.pub, &o->self));
+    return 0;
+}
+
+static size_t param_numel(const mpx_param_info *p)
+{
+    size_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
+    return n;
+}
+
+/* Weight decay of each tensor: the optimizer's weight_decay, zero for no-decay tensors
+ * (the model's defaults, or optimizer.no_decay substrings when given). */
+static int decay_of(mpx_session *s, const mpx_param_info *p, double wd)
+{
+    const char *subs[64];
+    size_t n = 0;
+    if (mpx_config_get_string_list(s->cfg, "optimizer.no_decay", subs, 64, &n) || n == 0)
+        return p->no_decay ? 0 : 1;
+    for (size_t i = 0; i < n; i++)
+        if (strstr(p->name, subs[i])) return 0;
+    return wd != 0;
+}
+
+static void *must_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what,
+                        char *err, size_t errlen)
+{
+    void *p = mpx_session_alloc(s, role, bytes, what);
+    if (!p) snprintf(err, errlen, "out of memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+static int plan_pieces(mpx_session *s, char *err, size_t errlen)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    const mpx_model_vtable *mv = &m->rec->vt.model;
+    s->n_params = mv->n_params(m->self);
+    s->offsets = calloc(s->n_params + 1, sizeof *s->offsets);
+    s->pieces = calloc(s->n_params ? s->n_params : 1, sizeof *s->pieces);
+    if (!s->offsets || !s->pieces) { snprintf(err, errlen, "out of memory"); return -1; }
+    double wd = 0;
+    char key[160];
+    snprintf(key, sizeof key, "%s.weight_decay", s->inst[MPX_KIND_OPTIMIZER].env.sub);
+    if (mpx_config_lookup(s->cfg, key)) mpx_config_get_float(s->cfg, key, &wd);
+    size_t off = 0;
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mpx_param_info *p = mv->param(m->self, i);
+        size_t n = param_numel(p);
+        s->offsets[i] = off;
+        s->pieces[i] = (mpx_piece){ .param = i, .offset = off, .len = n, .tensor_offset = 0,
+                                    .tensor_numel = n,
+                                    .weight_decay = decay_of(s, p, wd) ? (float)wd : 0.0f,
+                                    .site = p->site };
+        off += n;
+    }
+    s->offsets[s->n_params] = off;
+    s->numel = off;
+    s->n_pieces = s->n_params;
+    return 0;
+}
+
+static int fill_weights(mpx_session *s, char *err, size_t errlen)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    float *host = calloc(s->numel, sizeof *host);
+    if (!host) { snprintf(err, errlen, "out of memory for the initial weights"); return -1; }
+    int rc = m->rec->vt.model.init_weights(m->self, host, s->offsets, s->seed);
+    if (rc) { free(host); mpx_session_error(s, MPX_KIND_MODEL, err, errlen); return -1; }
+    float *dev = must_alloc(s, MPX_ROLE_SCRATCH, s->numel * 4, "initial fp32 weights", err, errlen);
+    if (!dev) { free(host); return -1; }
+    rc = s->ops->to_device(s->be, dev, host, s->numel * 4);
+    free(host);
+    if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), s->weights, s->numel);
+    if (!rc && s->master.p) rc = s->ops->copy(s->be, s->master.p, dev, s->numel * 4);
+    s->inst[MPX_KIND_BACKEND].env.pub.host->release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
+    if (rc) mpx_session_error(s, MPX_KIND_BACKEND, err, errlen);
+    return rc;
+}
+
+int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
+{
+    if (plan_pieces(s, err, errlen)) return -1;
+    const mpx_precision_desc *d = &s->prec;
+    size_t n = s->numel;
+    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, n * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
+    if (!s->weights.p) return -1;
+    s->grads = mpx_a(must_alloc(s, MPX_ROLE_GRADS, n * mpx_dtype_size(d->grads), "grads", err, errlen), d->grads);
+    if (!s->grads.p) return -1;
+    if (d->grad_acc != MPX_DTYPE_NONE && d->grad_acc != d->grads) {
+        s->grad_acc = mpx_a(must_alloc(s, MPX_ROLE_GRAD_ACC, n * mpx_dtype_size(d->grad_acc), "grad accumulator", err, errlen), d->grad_acc);
+        if (!s->grad_acc.p) return -1;
+    }
+    if (d->master != MPX_DTYPE_NONE) {
+        s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, n * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);
+        if (!s->master.p) return -1;
+    }
+    if (d->rounding == MPX_ROUND_KAHAN && d->master == MPX_DTYPE_NONE) {
+        s->comp = mpx_a(must_alloc(s, MPX_ROLE_COMPENSATION, n * mpx_dtype_size(d->weights), "Kahan compensation", err, errlen), d->weights);
+        if (!s->comp.p) return -1;
+    }
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    s->n_state = o->rec->vt.optimizer.n_state(o->self);
+    if (s->n_state < 0 || s->n_state > MPX_MAX_OPT_STATE) {
+        snprintf(err, errlen, "%s: asks for %d state buffers (at most %d)", o->env.label, s->n_state, MPX_MAX_OPT_STATE);
+        return -1;
+    }
+    for (int i = 0; i < s->n_state; i++) {
+        s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, n * mpx_dtype_size(d->opt_state), "optimizer state", err, errlen), d->opt_state);
+        if (!s->state[i].p) return -1;
+    }
+    /* The optimizer reads an fp32, unscaled gradient: the grads themselves when they are
+     * fp32 and accumulate in place, else a transient copy. */
+    if (d->grads == MPX_F32 && !s->grad_acc.p) s->grad32 = s->grads.p;
+    else if (s->grad_acc.p && s->grad_acc.t == MPX_F32) s->grad32 = s->grad_acc.p;
+    else if (!(s->grad32 = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "fp32 gradient", err, errlen))) return -1;
+    if (!(s->update = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "optimizer update", err, errlen))) return -1;
+    if (fill_weights(s, err, errlen)) return -1;
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
+                            .offsets = s->offsets, .numel = s->numel };
+    START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
+    return 0;
+}
+
+void mpx_session_close(mpx_session *s)
+{
+    /* plugins first (they may release their buffers), then the backend */
+    static const mpx_kind order[] = { MPX_KIND_OPTIMIZER, MPX_KIND_MODEL, MPX_KIND_ZERO, MPX_KIND_COMM };
+    for (size_t i = 0; i < MPX_COUNT(order); i++) {
+        mpx_instance *in = &s->inst[order[i]];
+        if (!in->self) continue;
+        switch (order[i]) {
+        case MPX_KIND_OPTIMIZER: in->rec->vt.optimizer.destroy(in->self); break;
+        case MPX_KIND_MODEL: in->rec->vt.model.destroy(in->self); break;
+        case MPX_KIND_ZERO: in->rec->vt.zero.destroy(in->self); break;
+        case MPX_KIND_COMM: in->rec->vt.comm.destroy(in->self); break;
+        default: break;
+        }
+        in->self = NULL;
+    }
+    while (s->n_allocs) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, s->allocs[s->n_allocs - 1].ptr);
+    mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
+    if (b->self) b->rec->vt.backend.destroy(b->self);
+    free(s->allocs);
+    free(s->offsets);
+    free(s->pieces);
+    if (s->cfg) mpx_config_free(s->cfg);
+    free(s->src_keep);
+    mpx_registry_free(&s->reg);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,95 @@
+/* A session: one configuration, its loaded plugins and their instances, the host table
+ * they call, and the counted model-state memory. `mpx check`, `mpx run` and `mpx eval`
+ * each build one. */
+#ifndef MPX_SESSION_H
+#define MPX_SESSION_H
+
+#include "config.h"
+#include "registry.h"
+
+typedef struct mpx_session mpx_session;
+
+/* What the host keeps per plugin instance; plugins see only the leading mpx_env. */
+typedef struct mpx_env_impl {
+    mpx_env pub;
+    mpx_session *s;
+    char label[96];     /* "optimizer/sgd" */
+    char sub[128];      /* "optimizer.sgd": where its own options live */
+    char err[2048];
+} mpx_env_impl;
+
+typedef struct mpx_instance {
+    const mpx_plugin_rec *rec;
+    mpx_env_impl env;
+    void *self;
+} mpx_instance;
+
+typedef struct mpx_alloc_rec {
+    void *ptr;
+    size_t bytes;
+    mpx_role role;
+    int on_backend;
+} mpx_alloc_rec;
+
+struct mpx_session {
+    mpx_config *cfg;
+    mpx_registry reg;
+    mpx_instance inst[MPX_KIND_COUNT];
+
+    const mpx_ops *ops;    /* the backend's */
+    void *be;
+    mpx_precision_desc prec;
+    uint64_t seed;
+
+    size_t bytes[MPX_ROLE_COUNT], peak[MPX_ROLE_COUNT];
+    mpx_alloc_rec *allocs;
+    size_t n_allocs, cap_allocs;
+
+    /* model state (flat buffers; DESIGN, One training step) */
+    size_t n_params, numel;
+    size_t *offsets;
+    mpx_arg weights, grads, grad_acc, master, comp;
+    mpx_arg state[MPX_MAX_OPT_STATE];
+    int n_state;
+    float *grad32, *update;  /* transient fp32 gradient and update (scratch) */
+    mpx_piece *pieces;
+    size_t n_pieces;
+    uint32_t tick;           /* step * accumulation + micro-batch */
+    void *src_keep;          /* the schema source the config points to */
+};
+
+extern const mpx_host mpx_core_host;
+
+/* Scan plugin folders (cli_dirs first) — every command starts here. */
+int mpx_session_open(mpx_session *s, const char *const *cli_dirs, size_t n_cli);
+
+/* Load and validate the configuration against the core schema and the plugins found. */
+int mpx_session_configure(mpx_session *s, const char *path, const char *const *overrides,
+                          size_t n_overrides, char *err, size_t errlen);
+
+/* Check the selected plugins exist and may be combined (declared incompatibilities and
+ * check callbacks). Returns 0, or non-zero with every reason in err. */
+int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen);
+
+/* Instantiate backend, precision (+ core overrides), comm, zero, model, optimizer. */
+int mpx_session_start(mpx_session *s, char *err, size_t errlen);
+
+/* Allocate the flat model state and fill the weights from the model (checkpoint or
+ * random init); max_batch/max_seq size the model's activations. */
+int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);
+
+void mpx_session_close(mpx_session *s);
+
+/* The instance of a kind and its vtable. */
+#define SESSION_VT(s, kind, field) ((s)->inst[kind].rec->vt.field)
+
+/* Counted allocation outside any plugin (the core's own model-state buffers). */
+void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what);
+
+/* Error text of the instance of `kind`, prefixed with its KIND/NAME. */
+const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len);
+
+/* Resolve the `precision` core keys over the policy's defaults. */
+int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen);
+
+#endif

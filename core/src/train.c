@@ -1,0 +1,242 @@
+#include "train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loss_scaler.h"
+#include "schedule_glue.h"
+
+typedef struct train_cfg {
+    int64_t batch, accum, epochs, max_steps, log_every, eval_every;
+    double clip;
+} train_cfg;
+
+static int read_train_cfg(const mpx_session *s, train_cfg *c)
+{
+    int rc = mpx_config_get_int(s->cfg, "train.batch_size", &c->batch);
+    rc |= mpx_config_get_int(s->cfg, "train.gradient_accumulation_steps", &c->accum);
+    rc |= mpx_config_get_int(s->cfg, "train.epochs", &c->epochs);
+    rc |= mpx_config_get_int(s->cfg, "train.max_steps", &c->max_steps);
+    rc |= mpx_config_get_int(s->cfg, "train.log_every", &c->log_every);
+    rc |= mpx_config_get_float(s->cfg, "train.gradient_clipping", &c->clip);
+    rc |= mpx_config_get_int(s->cfg, "eval.every", &c->eval_every);
+    return rc;
+}
+
+int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train)
+{
+    train_cfg c;
+    if (read_train_cfg(s, &c)) return -1;
+    if (c.max_steps > 0) return c.max_steps;
+    int64_t per_step = c.batch * c.accum;
+    return c.epochs * (((int64_t)n_train + per_step - 1) / per_step);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The fault hook: MPX_FAULT_AT_STEP=N dies at the start of step N (0-based) on SIGABRT,
+ * as a crash would, after the record says which step it reached. */
+static void maybe_fault(int64_t step, mpx_record *rec)
+{
+    static int64_t fault = -2;
+    if (fault == -2) {
+        const char *e = getenv("MPX_FAULT_AT_STEP");
+        fault = e && *e ? strtoll(e, NULL, 10) : -1;
+    }
+    if (step != fault) return;
+    mpx_record_sync(rec);
+    fprintf(stderr, "mpx: MPX_FAULT_AT_STEP=%lld: dying now\n", (long long)step);
+    abort();
+}
+
+static void progress(int64_t step, int64_t total, double loss, double lr, double tok_s, double eta)
+{
+    if (!isatty(STDERR_FILENO)) return;
+    int m = (int)(eta / 60), sec = (int)eta % 60;
+    fprintf(stderr, "\rstep %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %d:%02d   ",
+            (long long)step + 1, (long long)total, loss, lr, tok_s, m, sec);
+    if (step + 1 == total) fputc('\n', stderr);
+}
+
+/* Forward and backward over the accumulation micro-batches; returns the mean loss. */
+static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, double scale,
+                      double *loss, int64_t *tokens, char *err, size_t errlen)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    const mpx_model_vtable *mv = &m->rec->vt.model;
+    *loss = 0;
+    *tokens = 0;
+    for (int64_t micro = 0; micro < c->accum; micro++) {
+        s->tick = (uint32_t)(step * c->accum + micro);
+        mpx_batch b;
+        int64_t tok = 0;
+        if (t->next(t, s, (int)c->batch, &b, &tok, err, errlen)) return -1;
+        b.tick = s->tick;
+        b.training = 1;
+        mpx_forward_out fo = { .size = sizeof fo };
+        if (mv->forward(m->self, &b, &fo) ||
+            mv->backward(m->self, &b, (float)(scale / (double)c->accum), s->grad_acc.p ? 0 : micro > 0)) {
+            mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
+            snprintf(err + strlen(err), errlen - strlen(err), " (step %lld)", (long long)step);
+            return -1;
+        }
+        /* a wider accumulator than the grads (bf16-master: fp32) is summed by the core */
+        if (s->grad_acc.p &&
+            s->ops->axpby(s->be, 1.0f, s->grads, micro ? 1.0f : 0.0f, s->grad_acc, s->numel)) {
+            snprintf(err, errlen, "step %lld: accumulating gradients failed", (long long)step);
+            return -1;
+        }
+        *loss += fo.loss / (double)c->accum;
+        *tokens += tok;
+    }
+    return 0;
+}
+
+/* The optimizer's view of the step's gradient: fp32, unscaled, clipped. Returns the
+ * pre-clip global norm. */
+static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double *norm,
+                        char *err, size_t errlen)
+{
+    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+    mpx_arg g32 = mpx_a(s->grad32, MPX_F32);
+    int rc = 0;
+    if (g32.p != acc.p) rc = s->ops->cast(s->be, acc, g32, s->numel);
+    if (!rc && scale != 1.0) rc = s->ops->scale(s->be, g32, (float)(1.0 / scale), s->numel);
+    double sq = 0;
+    if (!rc) rc = s->ops->sum_squares(s->be, g32, s->numel, &sq);
+    if (!rc) rc = mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &sq, 1);
+    *norm = sqrt(sq);
+    /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), when < 1 */
+    if (!rc && c->clip > 0) {
+        double coef = c->clip / (*norm + 1e-6);
+        if (coef < 1.0) rc = s->ops->scale(s->be, g32, (float)coef, s->numel);
+    }
+    if (rc) snprintf(err, errlen, "preparing the fp32 gradient failed");
+    return rc;
+}
+
+static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *err, size_t errlen)
+{
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
+                        .lr = lr, .step = update_no,
+                        .param = s->master.p ? s->master : s->weights,
+                        .grad = s->grad32, .update = s->update };
+    for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
+    if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
+        mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
+        return -1;
+    }
+    /* master -> weights (round to nearest), then every rank's weights whole again */
+    if (s->master.p && s->ops->cast(s->be, s->master, s->weights, s->numel)) {
+        snprintf(err, errlen, "writing the master weights back failed");
+        return -1;
+    }
+    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *c = &s->inst[MPX_KIND_COMM];
+    if (z->rec->vt.zero.gather_weights(z->self, c->self, &c->rec->vt.comm, s->weights, s->numel)) {
+        mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_overflow(mpx_session *s, int *overflow)
+{
+    size_t bad = 0;
+    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+    if (s->ops->count_nonfinite(s->be, acc, s->numel, &bad)) return -1;
+    double flag = bad ? 1.0 : 0.0; /* every rank skips the same step */
+    if (mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1)) return -1;
+    *overflow = flag > 0;
+    return 0;
+}
+
+enum { COL_STEP, COL_LOSS, COL_LR, COL_GRAD_NORM, COL_SCALE, COL_SKIPPED, COL_TOKENS_S, COL_ELAPSED, N_COLS };
+const char *const mpx_metrics_columns[N_COLS] = {
+    "step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens_per_s", "elapsed_s",
+};
+const size_t mpx_n_metrics_columns = N_COLS;
+
+int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen)
+{
+    train_cfg c;
+    if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
+    int64_t total = mpx_train_total_steps(s, t->n_train);
+    mpx_loss_scaler ls;
+    if (mpx_scaler_init(&ls, s->prec.loss_scale, s->cfg, err, errlen)) return -1;
+    mpx_lr_schedule sched;
+    if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
+    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
+    json_t *trace = json_array(), *losses = json_array();
+    json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
+    double t0 = now_s(), first_loss = NAN, last_loss = NAN;
+    int64_t updates = 0, skipped = 0, tokens_total = 0;
+    json_t *progress_j = json_object();
+    json_object_set_new(rec->root, "progress", progress_j);
+    json_object_set_new(progress_j, "total_steps", json_integer(total));
+    for (int64_t step = 0; step < total; step++) {
+        json_object_set_new(progress_j, "step", json_integer(step));
+        maybe_fault(step, rec);
+        double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(&sched, step);
+        int64_t tokens;
+        double scale = ls.scale;
+        if (accumulate(s, t, &c, step, scale, &loss, &tokens, err, errlen)) return -1;
+        mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+        if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
+            mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
+            return -1;
+        }
+        int overflow = 0, skip = 0;
+        if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
+        if (mpx_scaler_update(&ls, overflow, step, &skip, err, errlen)) return -1;
+        if (!skip) {
+            if (prepare_grad(s, &c, scale, &norm, err, errlen)) return -1;
+            if (optimizer_step(s, ++updates, lr, err, errlen)) return -1;
+        } else {
+            skipped++;
+        }
+        if (ls.scale != scale)
+            json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, ls.scale));
+        tokens_total += tokens;
+        double dt = now_s() - ts, elapsed = now_s() - t0;
+        if (isnan(first_loss)) first_loss = loss;
+        last_loss = loss;
+        json_array_append_new(losses, json_real(loss));
+        double row[N_COLS] = { (double)step, loss, lr, norm, scale, skip, (double)tokens / dt, elapsed };
+        if (mpx_record_row(rec, row)) { snprintf(err, errlen, "cannot append to metrics.csv"); return -1; }
+        progress(step, total, loss, lr, (double)tokens_total / elapsed, elapsed / (double)(step + 1) * (double)(total - step - 1));
+        if (c.log_every > 0 && (step + 1) % c.log_every == 0) mpx_record_sync(rec);
+        if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
+            json_t *m = json_object();
+            if (t->evaluate(t, s, m, NULL, err, errlen)) { json_decref(m); return -1; }
+            json_object_set_new(m, "step", json_integer(step + 1));
+            json_t *evals = json_object_get(metrics, "evals");
+            if (!evals) json_object_set_new(metrics, "evals", evals = json_array());
+            json_array_append_new(evals, m);
+        }
+    }
+    json_object_set_new(progress_j, "step", json_integer(total));
+    double elapsed = now_s() - t0;
+    json_object_set_new(metrics, "steps", json_integer(total));
+    json_object_set_new(metrics, "updates", json_integer(updates));
+    json_object_set_new(metrics, "skipped_steps", json_integer(skipped));
+    json_object_set_new(metrics, "overflow_count", json_integer(ls.overflows));
+    json_object_set_new(metrics, "loss_scale_trace", trace);
+    json_object_set_new(metrics, "first_loss", json_real(first_loss));
+    json_object_set_new(metrics, "final_loss", json_real(last_loss));
+    json_object_set_new(metrics, "losses", losses);
+    json_object_set_new(metrics, "train_seconds", json_real(elapsed));
+    json_object_set_new(metrics, "tokens_per_s", json_real(elapsed > 0 ? (double)tokens_total / elapsed : 0));
+    mpx_lr_schedule_close(&sched);
+    return 0;
+}

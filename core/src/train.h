@@ -1,0 +1,17 @@
+/* The training loop (DESIGN, One training step) and the commands built on it. */
+#ifndef MPX_TRAIN_H
+#define MPX_TRAIN_H
+
+#include <jansson.h>
+
+#include "record.h"
+#include "task.h"
+
+/* Train for the configured steps, appending a metrics row per step to `rec` and
+ * filling `metrics` (losses, skipped steps, overflows, scale trace, tokens/s). */
+int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen);
+
+/* Number of optimizer steps the configuration asks for, given the task's data. */
+int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
+
+#endif

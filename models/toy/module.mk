@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,model,toy,models/toy/toy.c,))

@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,comm,local,plugins/comm/local/local.c,))

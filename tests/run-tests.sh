@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every Criterion suite given on the command line, from the repository root, and
+# prints one closing line over all of them. A suite that fails does not stop the rest.
+set -u
+passed=0; failed=0; failed_suites=()
+start=$(date +%s)
+for t in "$@"; do
+    name=$(basename "$t")
+    t0=$(date +%s)
+    out=$("$t" --jobs 2 2>&1); rc=$?
+    t1=$(date +%s)
+    synth=$(printf '%s\n' "$out" | grep -E '^\[====\] Synthesis' | tail -1)
+    p=$(printf '%s' "$synth" | sed -nE 's/.*Passing: ([0-9]+).*/\1/p')
+    f=$(printf '%s' "$synth" | sed -nE 's/.*Failing: ([0-9]+).*/\1/p')
+    c=$(printf '%s' "$synth" | sed -nE 's/.*Crashing: ([0-9]+).*/\1/p')
+    p=${p:-0}; f=${f:-0}; c=${c:-0}
+    if [ "$rc" -ne 0 ] && [ $((f + c)) -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f + c))
+    if [ "$rc" -ne 0 ]; then
+        failed_suites+=("$name"); printf '%s\n' "$out" | grep -vE '^\[----\]|^\[RUN |^\[PASS\]' | tail -40
+    fi
+    printf '%-28s %4d passed %3d failed  %4ds\n' "$name" "$p" $((f + c)) $((t1 - t0))
+done
+echo "total time $(( $(date +%s) - start ))s"
+[ ${#failed_suites[@]} -eq 0 ] || echo "failing suites: ${failed_suites[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

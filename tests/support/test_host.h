@@ -1,0 +1,36 @@
+/* A small stand-alone mpx_host for unit tests of single plugins (backend ops,
+ * optimizers, models) without a whole run: options from a libconfig string, memory
+ * counted by role, the CPU backend loaded from build/plugins/backend-cpu.so. */
+#ifndef MPX_TEST_HOST_H
+#define MPX_TEST_HOST_H
+
+#include "mpx/mpx.h"
+
+/* A new environment. `options` is libconfig text holding the plugin's own options as
+ * top-level settings (NULL = none); dotted keys ("train.batch_size") are looked up in
+ * `run_config` (libconfig text, NULL = none). `prec` NULL means all-fp32. */
+mpx_env *th_env(const char *options, const char *run_config, const mpx_precision_desc *prec);
+void th_env_free(mpx_env *env);
+
+/* The last error set through host->error, "" if none (then cleared by th_clear). */
+const char *th_error(mpx_env *env);
+void th_clear(mpx_env *env);
+
+/* Bytes currently allocated under each role. */
+size_t th_bytes(mpx_env *env, mpx_role role);
+
+/* Load a plugin .so and return its descriptor (NULL with the reason in *why). */
+const mpx_plugin_desc *th_load(const char *path, const char **why);
+
+/* Make env use the CPU backend (build/plugins/backend-cpu.so) for host->ops and
+ * host->alloc; returns 0 on success. */
+int th_use_cpu_backend(mpx_env *env, const char *backend_options);
+
+/* What host->apply_update writes to: the step's flat param buffer (and the Kahan
+ * compensation buffer, same indexing; comp.p NULL if none). */
+void th_set_update_target(mpx_env *env, mpx_arg target, mpx_arg comp);
+
+/* The fp32 all-true descriptor used when th_env gets NULL. */
+mpx_precision_desc th_fp32_policy(void);
+
+#endif
