@@ -1,0 +1,6 @@
+/* test-only precision plugin "twin" 1.1.0 claiming ABI (MPX_ABI_MAJOR).(MPX_ABI_MINOR) */
+#define FAKE_MAJOR (MPX_ABI_MAJOR)
+#define FAKE_MINOR (MPX_ABI_MINOR)
+#define FAKE_NAME "twin"
+#define FAKE_VERSION "1.1.0"
+#include "fake_precision.h"

@@ -1,0 +1,176 @@
+/* Plugin discovery and loading: ABI version checks, missing entry symbol, same-folder
+ * duplicates, shadowing across folders, search order, and what `mpx plugins` prints. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/src/registry.h"
+#include "../core/src/session.h"
+
+/* A fresh folder holding copies of the named test plugins. */
+static char *folder_with(const char *const *plugins, size_t n)
+{
+    char *dir = strdup("/tmp/mpx-loader-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    for (size_t i = 0; i < n; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "cp build/test-plugins/%s.so %s/", plugins[i], dir);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+    }
+    return dir;
+}
+
+static void scan(mpx_registry *r, char *const *dirs, size_t n)
+{
+    char **copy = malloc(n * sizeof *copy);
+    for (size_t i = 0; i < n; i++) copy[i] = strdup(dirs[i]);
+    cr_assert_eq(mpx_registry_scan(r, copy, n, &mpx_core_host), 0);
+}
+
+static const mpx_plugin_rec *by_file(const mpx_registry *r, const char *file)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strstr(r->recs[i].path, file)) return &r->recs[i];
+    return NULL;
+}
+
+Test(loader, refuses_another_major_naming_file_and_both_versions)
+{
+    const char *p[] = { "bad_major" };
+    char *d = folder_with(p, 1);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *rec = by_file(&r, "bad_major.so");
+    cr_assert_not_null(rec);
+    cr_assert_not(rec->loaded);
+    cr_assert_not_null(rec->error);
+    char theirs[16], ours[16];
+    snprintf(theirs, sizeof theirs, "ABI %d.%d", MPX_ABI_MAJOR + 1, MPX_ABI_MINOR);
+    snprintf(ours, sizeof ours, "ABI %d.%d", MPX_ABI_MAJOR, MPX_ABI_MINOR);
+    cr_expect(strstr(rec->error, theirs), "error lacks the plugin's version: %s", rec->error);
+    cr_expect(strstr(rec->error, ours), "error lacks mpx's version: %s", rec->error);
+    cr_expect_null(mpx_registry_find(&r, MPX_KIND_PRECISION, "fakemajor"));
+    mpx_registry_free(&r);
+}
+
+Test(loader, refuses_a_newer_minor)
+{
+    const char *p[] = { "newer_minor" };
+    char *d = folder_with(p, 1);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *rec = by_file(&r, "newer_minor.so");
+    cr_assert_not_null(rec);
+    cr_assert_not(rec->loaded);
+    char theirs[16];
+    snprintf(theirs, sizeof theirs, "ABI %d.%d", MPX_ABI_MAJOR, MPX_ABI_MINOR + 1);
+    cr_expect(strstr(rec->error, theirs) && strstr(rec->error, "newer"), "%s", rec->error);
+    cr_expect_null(mpx_registry_find(&r, MPX_KIND_PRECISION, "fakeminor"));
+    mpx_registry_free(&r);
+}
+
+Test(loader, refuses_a_library_without_the_entry_symbol)
+{
+    const char *p[] = { "no_entry" };
+    char *d = folder_with(p, 1);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *rec = by_file(&r, "no_entry.so");
+    cr_assert_not_null(rec);
+    cr_assert_not(rec->loaded);
+    cr_expect(strstr(rec->error, "mpx_plugin_entry"), "%s", rec->error);
+    mpx_registry_free(&r);
+}
+
+Test(loader, same_folder_duplicates_are_both_refused)
+{
+    const char *p[] = { "dup_a", "dup_b" };
+    char *d = folder_with(p, 2);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *a = by_file(&r, "dup_a.so"), *b = by_file(&r, "dup_b.so");
+    cr_assert(a && b);
+    cr_expect(a->error && strstr(a->error, "duplicate") && strstr(a->error, "dup_b.so"), "%s", a->error);
+    cr_expect(b->error && strstr(b->error, "duplicate") && strstr(b->error, "dup_a.so"), "%s", b->error);
+    cr_expect_null(mpx_registry_find(&r, MPX_KIND_PRECISION, "twin"));
+    mpx_registry_free(&r);
+}
+
+Test(loader, an_earlier_folder_shadows_a_later_one)
+{
+    const char *v2[] = { "shadow_v2" }, *v1[] = { "shadow_v1" };
+    char *dirs[2] = { folder_with(v2, 1), folder_with(v1, 1) };
+    mpx_registry r;
+    scan(&r, dirs, 2);
+    const mpx_plugin_rec *win = mpx_registry_find(&r, MPX_KIND_PRECISION, "shadowme");
+    cr_assert_not_null(win);
+    cr_expect_str_eq(win->desc.version, "2.0.0");
+    const mpx_plugin_rec *lose = by_file(&r, "shadow_v1.so");
+    cr_assert_not_null(lose);
+    cr_expect_geq(lose->shadowed_by, 0);
+    cr_expect_eq(&r.recs[lose->shadowed_by], win);
+    mpx_registry_free(&r);
+
+    /* the other order: the other one wins */
+    char *swapped[2] = { dirs[1], dirs[0] };
+    scan(&r, swapped, 2);
+    cr_expect_str_eq(mpx_registry_find(&r, MPX_KIND_PRECISION, "shadowme")->desc.version, "1.0.0");
+    mpx_registry_free(&r);
+}
+
+Test(loader, search_order_is_cli_then_env_then_bindir)
+{
+    setenv("MPX_PLUGIN_PATH", "/env/one:/env/two", 1);
+    const char *cli[] = { "/cli/a" };
+    char **dirs;
+    size_t n;
+    cr_assert_eq(mpx_registry_default_dirs(cli, 1, &dirs, &n), 0);
+    cr_assert_geq(n, 5);
+    cr_expect_str_eq(dirs[0], "/cli/a");
+    cr_expect_str_eq(dirs[1], "/env/one");
+    cr_expect_str_eq(dirs[2], "/env/two");
+    cr_expect(strstr(dirs[3], "/../plugins"), "%s", dirs[3]);
+    cr_expect(strstr(dirs[4], "/../lib/mpx"), "%s", dirs[4]);
+    for (size_t i = 0; i < n; i++) free(dirs[i]);
+    free(dirs);
+}
+
+static char *run_capture(const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    pclose(f);
+    return buf;
+}
+
+Test(loader, mpx_plugins_lists_builtins_errors_and_shadowing)
+{
+    const char *bad[] = { "bad_major", "no_entry", "shadow_v2" };
+    char *d = folder_with(bad, 3);
+    char cmd[512];
+    /* a second copy of fp32 in an earlier folder shadows the built-in one */
+    snprintf(cmd, sizeof cmd, "cp build/plugins/precision-fp32.so %s/ && MPX_PLUGIN_PATH= build/bin/mpx plugins --plugin-dir %s 2>&1", d, d);
+    const char *out = run_capture(cmd);
+    static const char *builtins[] = { "backend    cpu", "comm       local", "model      toy",
+                                      "precision  fp32", "optimizer  sgd", "zero       stage0" };
+    for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
+        cr_expect(strstr(out, builtins[i]), "missing '%s' in:\n%s", builtins[i], out);
+    cr_expect(strstr(out, "load errors:"), "%s", out);
+    cr_expect(strstr(out, "bad_major.so"), "%s", out);
+    cr_expect(strstr(out, "no_entry.so"), "%s", out);
+    cr_expect(strstr(out, "shadowed:") && strstr(out, "precision/fp32"), "%s", out);
+}
+
+Test(loader, mpx_plugins_name_prints_options)
+{
+    const char *out = run_capture("build/bin/mpx plugins optimizer/sgd 2>&1");
+    cr_expect(strstr(out, "momentum"), "%s", out);
+    cr_expect(strstr(out, "default"), "%s", out);
+    out = run_capture("build/bin/mpx plugins model/toy 2>&1");
+    cr_expect(strstr(out, "hidden") && strstr(out, "int"), "%s", out);
+}

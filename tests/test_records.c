@@ -1,0 +1,121 @@
+/* Run records: a finished toy run, a run that fails at run time, and a run killed by the
+ * fault hook all leave a parseable run.json that says what happened, and a readable
+ * metrics.csv. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char *tmp_dir(void)
+{
+    char *d = strdup("/tmp/mpx-records-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+/* Runs the toy config with extra arguments; returns the raw wait status. */
+static int run_toy(const char *out, const char *env, const char *extra)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s build/bin/mpx run configs/toy.cfg -s 'run.output_dir=\"%s\"' %s >/dev/null 2>&1",
+             env, out, extra);
+    return system(cmd);
+}
+
+static json_t *load_record(const char *out)
+{
+    char path[512];
+    json_error_t e;
+    snprintf(path, sizeof path, "%s/toy/run.json", out);
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s: %s (line %d)", path, e.text, e.line);
+    return j;
+}
+
+/* Rows of metrics.csv: every complete line has as many fields as the header. */
+static int csv_rows(const char *out, double *first_loss, double *last_loss)
+{
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/toy/metrics.csv", out);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no %s", path);
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert(strncmp(line, "step,loss,lr", 12) == 0, "header: %s", line);
+    int fields = 1;
+    for (char *p = line; *p; p++) fields += *p == ',';
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n')) break; /* a torn last line is tolerated */
+        int n = 1;
+        for (char *p = line; *p; p++) n += *p == ',';
+        cr_assert_eq(n, fields, "row %d: %s", rows, line);
+        double step, loss;
+        cr_assert_eq(sscanf(line, "%lf,%lf", &step, &loss), 2, "%s", line);
+        cr_assert_eq((int)step, rows);
+        if (rows == 0) *first_loss = loss;
+        *last_loss = loss;
+        rows++;
+    }
+    fclose(f);
+    return rows;
+}
+
+Test(records, finished_toy_run_learns)
+{
+    char *out = tmp_dir();
+    int st = run_toy(out, "", "");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    json_t *j = load_record(out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "finished");
+    cr_expect(json_is_null(json_object_get(j, "error")));
+    json_t *m = json_object_get(j, "metrics");
+    double first = json_real_value(json_object_get(m, "first_loss"));
+    double final = json_real_value(json_object_get(m, "final_loss"));
+    cr_expect_lt(final, 0.5 * first, "loss %g -> %g", first, final);
+    cr_expect_gt(json_real_value(json_object_get(m, "accuracy")), 50.0); /* chance: 12.5 */
+    double f = 0, l = 0;
+    int rows = csv_rows(out, &f, &l);
+    cr_expect_eq(rows, json_integer_value(json_object_get(m, "steps")));
+    cr_expect_lt(l, f);
+    /* every effective key is recorded, defaults included */
+    json_t *eff = json_object_get(json_object_get(j, "config"), "effective");
+    cr_expect(json_is_number(json_object_get(json_object_get(json_object_get(eff, "optimizer"), "sgd"), "dampening")));
+    json_decref(j);
+}
+
+Test(records, a_run_that_fails_says_why)
+{
+    char *out = tmp_dir();
+    int st = run_toy(out, "", "-s train.batch_size=600");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    json_t *j = load_record(out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+    const char *err = json_string_value(json_object_get(j, "error"));
+    cr_assert_not_null(err);
+    cr_expect(strstr(err, "batch_size"), "%s", err);
+    json_decref(j);
+}
+
+Test(records, fault_hook_leaves_a_killed_record_and_readable_metrics)
+{
+    char *out = tmp_dir();
+    int st = run_toy(out, "MPX_FAULT_AT_STEP=7", "");
+    /* system() runs the shell, which reports the child's death as 128 + signal */
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + 6, "status %d", st);
+    json_t *j = load_record(out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "killed");
+    cr_expect_eq(json_integer_value(json_object_get(j, "signal")), 6);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "step")), 7);
+    double f = 0, l = 0;
+    cr_expect_eq(csv_rows(out, &f, &l), 7);
+    /* nothing half-written is left beside the record */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls %s/toy | grep -v -x -e run.json -e metrics.csv", out);
+    FILE *p = popen(cmd, "r");
+    char extra[256] = "";
+    cr_expect_null(fgets(extra, sizeof extra, p), "left over: %s", extra);
+    pclose(p);
+    json_decref(j);
+}
