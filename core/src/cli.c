@@ -37,6 +37,14 @@ int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage)
             }
             continue;
         }
+        if (!strcmp(a, "--out")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mpx: --out needs a folder\n%s", usage);
+                return 2;
+            }
+            c->out_dir = argv[++i];
+            continue;
+        }
         if (a[0] == '-' && a[1]) {
             fprintf(stderr, "mpx: unknown option '%s'\n%s", a, usage);
             return 2;

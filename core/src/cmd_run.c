@@ -14,8 +14,9 @@ extern const char *const mpx_metrics_columns[];
 extern const size_t mpx_n_metrics_columns;
 
 static const char run_usage[] =
-    "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
+    "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]... [--out DIR]\n"
     "  trains and evaluates as CONFIG says; writes <run.output_dir>/<run.name>/run.json\n"
+    "  (or DIR/run.json with --out)\n"
     "  (status, effective config, plugins, metrics, counted memory) and metrics.csv\n"
     "  (one row per step); exit 0 finished, 1 failed, 2 usage\n";
 
@@ -57,8 +58,9 @@ static json_t *memory_report(const mpx_session *s)
                      "bytes_by_role", by, "peak_by_role", peak);
 }
 
-static int run_dir(const mpx_session *s, char *dir, size_t len)
+static int run_dir(const mpx_session *s, const char *out_dir, char *dir, size_t len)
 {
+    if (out_dir) return snprintf(dir, len, "%s", out_dir) >= (int)len ? -1 : 0;
     const char *out, *name;
     if (mpx_config_get_string(s->cfg, "run.output_dir", &out) || mpx_config_get_string(s->cfg, "run.name", &name))
         return -1;
@@ -95,7 +97,7 @@ int mpx_cmd_run(int argc, char **argv)
     }
     /* Before the record exists, errors go to stderr only. */
     if (mpx_session_configure(&s, c.config, c.overrides, c.n_overrides, err, sizeof err) ||
-        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, dir, sizeof dir)) {
+        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, c.out_dir, dir, sizeof dir)) {
         fprintf(stderr, "mpx run: %s\n", err[0] ? err : "run.output_dir/run.name too long");
         mpx_session_close(&s);
         return 1;
