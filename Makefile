@@ -25,6 +25,9 @@ CRITERION_LIBS := $(shell pkg-config --libs criterion)
 PLUGIN_CFLAGS := -fvisibility=hidden
 PLUGIN_LDFLAGS = -shared -Wl,--version-script=core/plugin.map -Wl,--no-undefined
 
+# A stand-alone host for single-plugin unit tests (tests/support/test_host.h).
+TEST_SUPPORT := tests/support/test_host.c
+
 # Filled by the module.mk fragments.
 PLUGINS      :=
 TEST_PLUGINS :=

@@ -1,0 +1,76 @@
+#include "adam_rule.h"
+
+#include <math.h>
+
+int adam_rule_read(mpx_env *env, int has_modes, adam_rule *r)
+{
+    double b1, b2, eps;
+    MPX_TRY(optc_betas(env, &b1, &b2));
+    MPX_TRY(env->host->opt_float(env, "eps", &eps));
+    if (!(eps >= 0.0)) return MPX_FAIL(env, "eps = %g must be >= 0", eps);
+    r->beta1 = b1;
+    r->beta2 = b2;
+    r->b1 = (float)b1;
+    r->b2 = (float)b2;
+    r->one_minus_b1 = (float)(1.0 - b1);
+    r->one_minus_b2 = (float)(1.0 - b2);
+    r->eps = (float)eps;
+    r->adam_w_mode = 1;
+    r->bias_correction = 1;
+    if (has_modes) {
+        MPX_TRY(env->host->opt_bool(env, "adam_w_mode", &r->adam_w_mode));
+        MPX_TRY(env->host->opt_bool(env, "bias_correction", &r->bias_correction));
+    }
+    return MPX_OK;
+}
+
+const char *adam_rule_state_name(int i)
+{
+    return i == 0 ? "exp_avg" : i == 1 ? "exp_avg_sq" : NULL;
+}
+
+/* Per-step constants, as FusedAdam passes them to its kernel (floats). */
+typedef struct adam_consts {
+    float bc1, bc2, neg_lr;
+} adam_consts;
+
+static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s,
+                       float wd, size_t off, size_t n)
+{
+    float p[OPTC_CHUNK], m[OPTC_CHUNK], v[OPTC_CHUNK];
+    const float *grad = s->grad + off;
+    if (wd != 0.0f) optc_load(s->param, off, n, p);
+    optc_load(s->state[0], off, n, m);
+    optc_load(s->state[1], off, n, v);
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        if (!r->adam_w_mode && wd != 0.0f) g += wd * p[i];
+        m[i] = r->b1 * m[i] + r->one_minus_b1 * g;
+        v[i] = r->b2 * v[i] + r->one_minus_b2 * g * g;
+        float denom = sqrtf(v[i] / c->bc2) + r->eps;
+        float u = (m[i] / c->bc1) / denom;
+        if (r->adam_w_mode && wd != 0.0f) u += wd * p[i];
+        s->update[off + i] = c->neg_lr * u;
+    }
+    optc_store(m, s->state[0], off, n);
+    optc_store(v, s->state[1], off, n);
+}
+
+int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
+{
+    MPX_TRY(optc_check_step(env, s, 2));
+    adam_consts c = {
+        .bc1 = (float)optc_bias_correction(r->beta1, s->step, r->bias_correction),
+        .bc2 = (float)optc_bias_correction(r->beta2, s->step, r->bias_correction),
+        .neg_lr = (float)-s->lr,
+    };
+    for (size_t k = 0; k < s->n_pieces; k++) {
+        const mpx_piece *pc = &s->pieces[k];
+        for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
+            size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
+            adam_chunk(r, &c, s, pc->weight_decay, pc->offset + done, n);
+        }
+        MPX_TRY(env->host->apply_update(env, pc, s->update));
+    }
+    return MPX_OK;
+}

@@ -1,0 +1,83 @@
+#include "opt_common.h"
+
+#include <math.h>
+#include <string.h>
+
+void optc_load(mpx_arg a, size_t off, size_t n, float *dst)
+{
+    switch (a.t) {
+    case MPX_F32:
+        memcpy(dst, (const float *)a.p + off, n * sizeof *dst);
+        return;
+    case MPX_BF16: {
+        const uint16_t *p = (const uint16_t *)a.p + off;
+        for (size_t i = 0; i < n; i++) dst[i] = mpx_bf16_to_f32(p[i]);
+        return;
+    }
+    case MPX_F16: {
+        const uint16_t *p = (const uint16_t *)a.p + off;
+        for (size_t i = 0; i < n; i++) dst[i] = mpx_f16_to_f32(p[i]);
+        return;
+    }
+    default: /* excluded by optc_check_step */
+        return;
+    }
+}
+
+void optc_store(const float *src, mpx_arg a, size_t off, size_t n)
+{
+    if (a.t == MPX_F32) {
+        memcpy((float *)a.p + off, src, n * sizeof *src);
+    } else if (a.t == MPX_BF16) {
+        uint16_t *p = (uint16_t *)a.p + off;
+        for (size_t i = 0; i < n; i++) p[i] = mpx_f32_to_bf16(src[i]);
+    }
+}
+
+static int loadable(mpx_dtype t) { return t == MPX_F32 || t == MPX_BF16 || t == MPX_F16; }
+
+int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state)
+{
+    if (!s || !s->grad || !s->update || !s->param.p)
+        return MPX_FAIL(env, "step without param, grad or update buffer");
+    if (!loadable(s->param.t))
+        return MPX_FAIL(env, "param buffer dtype %s not supported",
+                        mpx_dtype_name(s->param.t));
+    if (s->step < 1)
+        return MPX_FAIL(env, "step number %lld, expected >= 1", (long long)s->step);
+    for (int i = 0; i < n_state; i++) {
+        if (!s->state[i].p)
+            return MPX_FAIL(env, "state buffer %d missing", i);
+        if (s->state[i].t != MPX_F32 && s->state[i].t != MPX_BF16)
+            return MPX_FAIL(env, "optimizer state dtype %s not supported (fp32 or bf16)",
+                            mpx_dtype_name(s->state[i].t));
+    }
+    for (size_t k = 0; k < s->n_pieces; k++) {
+        const mpx_piece *p = &s->pieces[k];
+        if (p->tensor_offset + p->len > p->tensor_numel)
+            return MPX_FAIL(env, "piece %zu of parameter %zu runs past its tensor "
+                            "(%zu + %zu > %zu)", k, p->param, p->tensor_offset, p->len,
+                            p->tensor_numel);
+    }
+    return MPX_OK;
+}
+
+int optc_betas(mpx_env *env, double *b1, double *b2)
+{
+    double b[2];
+    size_t n = 0;
+    MPX_TRY(env->host->opt_float_list(env, "betas", b, 2, &n));
+    if (n != 2)
+        return MPX_FAIL(env, "betas needs 2 values, got %zu", n);
+    for (int i = 0; i < 2; i++)
+        if (!(b[i] >= 0.0 && b[i] < 1.0))
+            return MPX_FAIL(env, "betas[%d] = %g outside [0, 1)", i, b[i]);
+    *b1 = b[0];
+    *b2 = b[1];
+    return MPX_OK;
+}
+
+double optc_bias_correction(double beta, int64_t step, int enabled)
+{
+    return enabled ? 1.0 - pow(beta, (double)step) : 1.0;
+}

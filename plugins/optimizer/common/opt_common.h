@@ -1,0 +1,34 @@
+/* Shared by the optimizer plugins (compiled into each .so): reading and writing the
+ * step's flat buffers in whatever dtype they are stored in, chunk by chunk, and the
+ * option and argument checks every optimizer repeats.
+ *
+ * The optimizers work on host-addressable memory (the CPU backend's buffers). Each
+ * reads a chunk of param / state widened to fp32, computes in fp32, writes the state
+ * back rounded to nearest even, and writes the fp32 update into the step's scratch. */
+#ifndef MPX_OPT_COMMON_H
+#define MPX_OPT_COMMON_H
+
+#include "mpx/mpx.h"
+
+/* Elements processed per chunk: the fp32 staging arrays live on the stack. */
+#define OPTC_CHUNK 256
+
+/* dst[0..n) = a[off..off+n) widened to fp32 (fp32, bf16 or fp16 storage; mpx/numerics.h). */
+void optc_load(mpx_arg a, size_t off, size_t n, float *dst);
+
+/* a[off..off+n) = src rounded to nearest even in a's dtype (fp32 or bf16). */
+void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
+
+/* Checks what every step relies on: n_state state buffers present in fp32 or bf16, a
+ * param buffer in fp32/bf16/fp16, grad and update present, step >= 1, pieces inside
+ * their tensors. (The core prefixes
+ * messages with the plugin's KIND/NAME.) */
+int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
+
+/* betas = [b1, b2] from the plugin's own `betas` option, each in [0, 1). */
+int optc_betas(mpx_env *env, double *b1, double *b2);
+
+/* Bias corrections 1 - beta^step (1 when disabled), computed in double. */
+double optc_bias_correction(double beta, int64_t step, int enabled);
+
+#endif

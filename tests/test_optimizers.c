@@ -1,0 +1,344 @@
+/* Optimizer plugins against trajectories PyTorch computed (tests/fixtures/optim/optim.json,
+ * made by make_fixture.py there): 10 steps of fixed gradients on three tensors, a
+ * different lr each step, the parameters compared after every step. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/test_host.h"
+
+#define FIXTURE "tests/fixtures/optim/optim.json"
+#define N_TENSORS 3
+#ifndef TOL
+#define TOL 1e-6 /* norm-relative, per tensor */
+#endif
+
+typedef struct fixture {
+    json_t *root;
+    size_t numel[N_TENSORS], total;
+    int no_decay[N_TENSORS];
+    int steps;
+    float *init;          /* total */
+    float *grads;         /* steps * total */
+} fixture;
+
+static void read_floats(json_t *arr, float *out, size_t n, const char *what)
+{
+    cr_assert(json_is_array(arr) && json_array_size(arr) == n, "%s: expected %zu numbers", what, n);
+    for (size_t i = 0; i < n; i++) out[i] = (float)json_number_value(json_array_get(arr, i));
+}
+
+static fixture load_fixture(void)
+{
+    fixture f = { 0 };
+    json_error_t err;
+    f.root = json_load_file(FIXTURE, 0, &err);
+    cr_assert(f.root, "%s:%d:%d: %s", FIXTURE, err.line, err.column, err.text);
+    for (int i = 0; i < N_TENSORS; i++) {
+        f.numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(f.root, "numel"), i));
+        f.no_decay[i] = (int)json_integer_value(json_array_get(json_object_get(f.root, "no_decay"), i));
+        f.total += f.numel[i];
+    }
+    f.steps = (int)json_integer_value(json_object_get(f.root, "steps"));
+    f.init = malloc(f.total * sizeof *f.init);
+    f.grads = malloc((size_t)f.steps * f.total * sizeof *f.grads);
+    cr_assert(f.init && f.grads);
+    read_floats(json_object_get(f.root, "init"), f.init, f.total, "init");
+    for (int t = 0; t < f.steps; t++)
+        read_floats(json_array_get(json_object_get(f.root, "grads"), (size_t)t),
+                    f.grads + (size_t)t * f.total, f.total, "grads");
+    return f;
+}
+
+static void free_fixture(fixture *f)
+{
+    json_decref(f->root);
+    free(f->init);
+    free(f->grads);
+}
+
+static json_t *find_config(const fixture *f, const char *name)
+{
+    json_t *cfgs = json_object_get(f->root, "configs");
+    for (size_t i = 0; i < json_array_size(cfgs); i++) {
+        json_t *c = json_array_get(cfgs, i);
+        if (strcmp(json_string_value(json_object_get(c, "name")), name) == 0) return c;
+    }
+    cr_assert_fail("fixture has no config '%s'", name);
+    return NULL;
+}
+
+/* The plugin's schema defaults, with the settings named in `overrides` replaced: the
+ * test host does not fill defaults, so this also checks the schema's defaults. */
+static char *options_text(const mpx_plugin_desc *d, const char *overrides)
+{
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    cr_assert(out);
+    out[0] = 0;
+    for (size_t i = 0; i < d->n_options; i++) {
+        char pat[128];
+        snprintf(pat, sizeof pat, "%s =", d->options[i].key);
+        const char *hit = strstr(overrides, pat);
+        int overridden = hit && (hit == overrides || hit[-1] == ' ' || hit[-1] == ';');
+        if (!overridden)
+            len += (size_t)snprintf(out + len, cap - len, "%s = %s; ", d->options[i].key, d->options[i].def);
+    }
+    snprintf(out + len, cap - len, "%s", overrides);
+    return out;
+}
+
+/* How the test lays the tensors out: `split` cuts every tensor in two pieces and
+ * `param_stride` spaces the parameter indices (LAMB groups tensors by index). */
+typedef struct layout {
+    int split;
+    size_t param_stride;
+} layout;
+
+static size_t make_pieces(const fixture *f, float wd, layout lay, mpx_piece *pieces)
+{
+    size_t n = 0, off = 0;
+    for (size_t t = 0; t < N_TENSORS; t++) {
+        size_t cut = lay.split ? f->numel[t] / 2 + 1 : f->numel[t];
+        for (size_t start = 0; start < f->numel[t]; start += cut) {
+            size_t len = f->numel[t] - start < cut ? f->numel[t] - start : cut;
+            pieces[n++] = (mpx_piece){
+                .param = t * lay.param_stride, .offset = off + start, .len = len,
+                .tensor_offset = start, .tensor_numel = f->numel[t],
+                .weight_decay = f->no_decay[t] ? 0.0f : wd, .site = (uint32_t)t,
+            };
+        }
+        off += f->numel[t];
+    }
+    return n;
+}
+
+static double rel_error(const float *x, json_t *ref, size_t off, size_t n)
+{
+    double d2 = 0, r2 = 0;
+    for (size_t i = off; i < off + n; i++) {
+        double r = json_number_value(json_array_get(ref, i));
+        d2 += (x[i] - r) * (x[i] - r);
+        r2 += r * r;
+    }
+    return sqrt(d2 / r2);
+}
+
+/* The largest norm-relative error over the tensors, each measured on its own so that a
+ * small tensor (the no-decay bias) is not hidden by a large one; *worst names it. */
+static double tensor_error(const fixture *f, const float *x, json_t *ref, size_t *worst)
+{
+    double e = 0;
+    size_t off = 0;
+    for (size_t t = 0; t < N_TENSORS; t++) {
+        double et = rel_error(x, ref, off, f->numel[t]);
+        if (et > e || t == 0) { e = et; *worst = t; }
+        off += f->numel[t];
+    }
+    return e;
+}
+
+typedef struct run {
+    mpx_env *env;
+    const mpx_optimizer_vtable *vt;
+    void *self;
+    int n_state;
+    void *state[MPX_MAX_OPT_STATE];
+    float *param;
+} run;
+
+static run start_run(const fixture *f, const char *plugin, const char *overrides, mpx_dtype state_t)
+{
+    char path[256];
+    const char *why = NULL;
+    snprintf(path, sizeof path, "build/plugins/optimizer-%s.so", plugin);
+    const mpx_plugin_desc *d = th_load(path, &why);
+    cr_assert(d, "cannot load %s: %s", path, why);
+    cr_assert_eq(d->kind, MPX_KIND_OPTIMIZER);
+    cr_assert_str_eq(d->name, plugin);
+    char *opts = options_text(d, overrides);
+    mpx_precision_desc prec = th_fp32_policy();
+    prec.opt_state = state_t;
+    run r = { .env = th_env(opts, NULL, &prec), .vt = d->vtable };
+    free(opts);
+    cr_assert_eq(r.vt->create(r.env, &r.self), 0, "%s create: %s", plugin, th_error(r.env));
+    r.n_state = r.vt->n_state(r.self);
+    for (int i = 0; i < r.n_state; i++) {
+        r.state[i] = calloc(f->total, mpx_dtype_size(state_t));
+        cr_assert(r.state[i]);
+    }
+    r.param = malloc(f->total * sizeof *r.param);
+    cr_assert(r.param);
+    memcpy(r.param, f->init, f->total * sizeof *r.param);
+    th_set_update_target(r.env, mpx_a(r.param, MPX_F32), mpx_a(NULL, MPX_F32));
+    return r;
+}
+
+static void end_run(run *r)
+{
+    r->vt->destroy(r->self);
+    for (int i = 0; i < r->n_state; i++) free(r->state[i]);
+    free(r->param);
+    th_env_free(r->env);
+}
+
+/* One step t (0-based) at the fixture's lr rule: lr * (1 + 0.1 t). */
+static void do_step(run *r, const fixture *f, int t, double base_lr, mpx_dtype state_t,
+                    const mpx_piece *pieces, size_t n_pieces)
+{
+    float *grad = f->grads + (size_t)t * f->total;
+    float *update = calloc(f->total, sizeof *update);
+    cr_assert(update);
+    mpx_opt_step s = {
+        .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces,
+        .lr = base_lr * (1.0 + 0.1 * t), .step = t + 1,
+        .param = mpx_a(r->param, MPX_F32), .grad = grad, .update = update,
+    };
+    for (int i = 0; i < r->n_state; i++) s.state[i] = mpx_a(r->state[i], state_t);
+    cr_assert_eq(r->vt->step(r->self, r->env, &s), 0, "step %d: %s", t + 1, th_error(r->env));
+    free(update);
+}
+
+static void check_trajectory(const char *config, layout lay)
+{
+    fixture f = load_fixture();
+    json_t *c = find_config(&f, config);
+    const char *plugin = json_string_value(json_object_get(c, "plugin"));
+    double lr = json_number_value(json_object_get(c, "lr"));
+    float wd = (float)json_number_value(json_object_get(c, "weight_decay"));
+    run r = start_run(&f, plugin, json_string_value(json_object_get(c, "options")), MPX_F32);
+    mpx_piece pieces[2 * N_TENSORS];
+    size_t n_pieces = make_pieces(&f, wd, lay, pieces);
+    json_t *traj = json_object_get(c, "trajectory");
+    for (int t = 0; t < f.steps; t++) {
+        do_step(&r, &f, t, lr, MPX_F32, pieces, n_pieces);
+        size_t w;
+        double e = tensor_error(&f, r.param, json_array_get(traj, (size_t)t), &w);
+        cr_assert(e <= TOL, "%s (optimizer/%s) step %d: tensor %zu norm-relative error %.3g > %g",
+                  config, plugin, t + 1, w, e, TOL);
+    }
+    end_run(&r);
+    free_fixture(&f);
+}
+
+static const layout whole = { 0, 1 };
+
+Test(adam, l2_mode_matches_torch_adam) { check_trajectory("adam_l2", whole); }
+Test(adam, defaults_match_torch_adamw) { check_trajectory("adam_default", whole); }
+Test(adam, without_bias_correction) { check_trajectory("adam_no_bias_correction", whole); }
+Test(adam, split_pieces) { check_trajectory("adam_l2", (layout){ 1, 1 }); }
+Test(adamw, matches_torch_adamw) { check_trajectory("adamw", whole); }
+Test(sgd, plain_matches_torch) { check_trajectory("sgd_plain", whole); }
+Test(sgd, momentum_dampening_weight_decay) { check_trajectory("sgd_momentum", whole); }
+Test(sgd, nesterov_weight_decay) { check_trajectory("sgd_nesterov", whole); }
+Test(lamb, matches_reference) { check_trajectory("lamb", whole); }
+Test(lamb, clamps_trust_ratio) { check_trajectory("lamb_tight", whole); }
+/* Each tensor in two pieces, with parameter indices in different norm windows: the
+ * trust ratio must still come from whole-tensor norms. */
+Test(lamb, split_pieces_far_indices) { check_trajectory("lamb", (layout){ 1, 700 }); }
+
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16); /* fixture values are bf16 already: exact */
+}
+
+/* adam with bf16 moments: the update is computed in fp32 from widened moments, which
+ * are stored back rounded to nearest. The reference rounds the moments the same way. */
+Test(adam, bf16_state)
+{
+    fixture f = load_fixture();
+    json_t *bf = json_object_get(f.root, "adam_bf16_state");
+    run r = start_run(&f, "adam", "weight_decay = 0.01;", MPX_BF16);
+    cr_assert_eq(r.n_state, 2);
+    mpx_piece pieces[N_TENSORS];
+    size_t n_pieces = make_pieces(&f, 0.01f, whole, pieces);
+    json_t *fp32_traj = json_object_get(find_config(&f, "adam_default"), "trajectory");
+    double drift = 0;
+    for (int t = 0; t < f.steps; t++) {
+        do_step(&r, &f, t, 1e-2, MPX_BF16, pieces, n_pieces);
+        size_t w;
+        double e = tensor_error(&f, r.param, json_array_get(json_object_get(bf, "trajectory"), (size_t)t), &w);
+        cr_assert(e <= 1e-5, "bf16-state adam step %d: tensor %zu error %.3g against the bf16 reference",
+                  t + 1, w, e);
+        drift = tensor_error(&f, r.param, json_array_get(fp32_traj, (size_t)t), &w);
+        cr_assert(drift <= 1e-2, "bf16-state adam step %d: tensor %zu drifts %.3g from fp32 AdamW",
+                  t + 1, w, drift);
+    }
+    cr_assert(drift > 1e-7, "bf16 state gave the fp32 trajectory (drift %.3g): not rounded?", drift);
+    /* The state buffers hold bf16 bit patterns equal to the reference's moments. */
+    const char *names[2] = { "exp_avg", "exp_avg_sq" };
+    for (int k = 0; k < 2; k++) {
+        const uint16_t *bits = r.state[k];
+        json_t *ref = json_object_get(bf, names[k]);
+        size_t exact = 0;
+        for (size_t i = 0; i < f.total; i++) {
+            uint16_t want = bf16_bits((float)json_number_value(json_array_get(ref, i)));
+            int diff = abs((int)bits[i] - (int)want);
+            cr_assert(diff <= 1, "%s[%zu]: bits 0x%04x, reference 0x%04x", names[k], i, bits[i], want);
+            exact += diff == 0;
+        }
+        cr_assert(exact >= f.total * 95 / 100, "%s: only %zu of %zu bf16 values exact", names[k], exact, f.total);
+    }
+    end_run(&r);
+    free_fixture(&f);
+}
+
+Test(sgd, state_only_with_momentum)
+{
+    fixture f = load_fixture();
+    run plain = start_run(&f, "sgd", "", MPX_F32);
+    cr_assert_eq(plain.n_state, 0);
+    end_run(&plain);
+    run mom = start_run(&f, "sgd", "momentum = 0.9;", MPX_F32);
+    cr_assert_eq(mom.n_state, 1);
+    cr_assert_str_eq(mom.vt->state_name(mom.self, 0), "momentum_buffer");
+    end_run(&mom);
+    free_fixture(&f);
+}
+
+Test(sgd, nesterov_needs_momentum)
+{
+    const mpx_plugin_desc *d = th_load("build/plugins/optimizer-sgd.so", &(const char *){ NULL });
+    cr_assert(d);
+    mpx_env *env = th_env("momentum = 0.0; dampening = 0.0; nesterov = true; weight_decay = 0.0;", NULL, NULL);
+    void *self = NULL;
+    cr_assert_neq(((const mpx_optimizer_vtable *)d->vtable)->create(env, &self), 0);
+    cr_assert(strstr(th_error(env), "nesterov"), "error: %s", th_error(env));
+    th_env_free(env);
+}
+
+Test(adam, refuses_fp16_state)
+{
+    fixture f = load_fixture();
+    run r = start_run(&f, "adam", "", MPX_F16);
+    mpx_piece pieces[N_TENSORS];
+    size_t n_pieces = make_pieces(&f, 0.0f, whole, pieces);
+    float *update = calloc(f.total, sizeof *update);
+    mpx_opt_step s = {
+        .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces, .lr = 1e-3, .step = 1,
+        .param = mpx_a(r.param, MPX_F32), .grad = f.grads, .update = update,
+        .state = { mpx_a(r.state[0], MPX_F16), mpx_a(r.state[1], MPX_F16) },
+    };
+    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
+    cr_assert(strstr(th_error(r.env), "fp16"), "error: %s", th_error(r.env));
+    free(update);
+    end_run(&r);
+    free_fixture(&f);
+}
+
+Test(lamb, state_names_and_defaults)
+{
+    const mpx_plugin_desc *d = th_load("build/plugins/optimizer-lamb.so", &(const char *){ NULL });
+    cr_assert(d);
+    int seen = 0;
+    for (size_t i = 0; i < d->n_options; i++) {
+        if (!strcmp(d->options[i].key, "max_coeff")) { cr_assert_str_eq(d->options[i].def, "10.0"); seen++; }
+        if (!strcmp(d->options[i].key, "min_coeff")) { cr_assert_str_eq(d->options[i].def, "0.01"); seen++; }
+    }
+    cr_assert_eq(seen, 2);
+}
