@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "schedule.h"
 #include "session.h"
 
 typedef struct mpx_lr_schedule {
@@ -11,6 +12,10 @@ typedef struct mpx_lr_schedule {
     int64_t total_steps;
     void *impl;
 } mpx_lr_schedule;
+
+/* The schedule parameters of a configuration for `train_steps` optimizer steps. */
+int mpx_lr_schedule_params(const mpx_config *cfg, int64_t train_steps, const char **type,
+                           mpx_schedule_params *p);
 
 int mpx_lr_schedule_open(mpx_lr_schedule *sc, const mpx_session *s, int64_t total_steps, char *err, size_t errlen);
 double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core_schema.h"
+#include "decay.h"
 #include "session.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
@@ -156,17 +157,38 @@ static size_t param_numel(const mpx_param_info *p)
     return n;
 }
 
-/* Weight decay of each tensor: the optimizer's weight_decay, zero for no-decay tensors
- * (the model's defaults, or optimizer.no_decay substrings when given). */
-static int decay_of(mpx_session *s, const mpx_param_info *p, double wd)
+/* No-decay flags of every tensor: the model's defaults, or optimizer.no_decay substrings
+ * when given (as BingBertSquad's list). A substring matching nothing is worth a note. */
+static int no_decay_flags(mpx_session *s, const mpx_model_vtable *mv, void *model, int *flags,
+                          char *err, size_t errlen)
 {
+    size_t n = s->n_params, n_sub = 0;
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    int *defaults = calloc(n ? n : 1, sizeof *defaults);
     const char *subs[64];
-    size_t n = 0;
-    if (mpx_config_get_string_list(s->cfg, "optimizer.no_decay", subs, 64, &n) || n == 0)
-        return p->no_decay ? 0 : 1;
-    for (size_t i = 0; i < n; i++)
-        if (strstr(p->name, subs[i])) return 0;
-    return wd != 0;
+    size_t matches[64];
+    int rc = -1;
+    if (!names || !defaults) { snprintf(err, errlen, "out of memory"); goto out; }
+    for (size_t i = 0; i < n; i++) {
+        const mpx_param_info *p = mv->param(model, i);
+        names[i] = p->name;
+        defaults[i] = p->no_decay;
+    }
+    if (mpx_config_get_string_list(s->cfg, "optimizer.no_decay", subs, 64, &n_sub)) {
+        snprintf(err, errlen, "optimizer.no_decay: more than 64 substrings");
+        goto out;
+    }
+    if (mpx_decay_flags(names, defaults, n, subs, n_sub, flags, matches) < 0) {
+        snprintf(err, errlen, "optimizer.no_decay: an empty substring would match every tensor");
+        goto out;
+    }
+    for (size_t i = 0; i < n_sub; i++)
+        if (!matches[i]) fprintf(stderr, "mpx: note: optimizer.no_decay: \"%s\" matches no parameter\n", subs[i]);
+    rc = 0;
+out:
+    free(names);
+    free(defaults);
+    return rc;
 }
 
 static void *must_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what,
@@ -185,6 +207,8 @@ static int plan_pieces(mpx_session *s, char *err, size_t errlen)
     s->offsets = calloc(s->n_params + 1, sizeof *s->offsets);
     s->pieces = calloc(s->n_params ? s->n_params : 1, sizeof *s->pieces);
     if (!s->offsets || !s->pieces) { snprintf(err, errlen, "out of memory"); return -1; }
+    int *no_decay = calloc(s->n_params ? s->n_params : 1, sizeof *no_decay);
+    if (!no_decay || no_decay_flags(s, mv, m->self, no_decay, err, errlen)) { free(no_decay); return -1; }
     double wd = 0;
     char key[160];
     snprintf(key, sizeof key, "%s.weight_decay", s->inst[MPX_KIND_OPTIMIZER].env.sub);
@@ -195,11 +219,11 @@ static int plan_pieces(mpx_session *s, char *err, size_t errlen)
         size_t n = param_numel(p);
         s->offsets[i] = off;
         s->pieces[i] = (mpx_piece){ .param = i, .offset = off, .len = n, .tensor_offset = 0,
-                                    .tensor_numel = n,
-                                    .weight_decay = decay_of(s, p, wd) ? (float)wd : 0.0f,
+                                    .tensor_numel = n, .weight_decay = no_decay[i] ? 0.0f : (float)wd,
                                     .site = p->site };
         off += n;
     }
+    free(no_decay);
     s->offsets[s->n_params] = off;
     s->numel = off;
     s->n_pieces = s->n_params;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clip.h"
 #include "loss_scaler.h"
 #include "schedule_glue.h"
 
@@ -112,17 +113,14 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
     int rc = 0;
     if (g32.p != acc.p) rc = s->ops->cast(s->be, acc, g32, s->numel);
     if (!rc && scale != 1.0) rc = s->ops->scale(s->be, g32, (float)(1.0 / scale), s->numel);
-    double sq = 0;
-    if (!rc) rc = s->ops->sum_squares(s->be, g32, s->numel, &sq);
-    if (!rc) rc = mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &sq, 1);
-    *norm = sqrt(sq);
-    /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), when < 1 */
-    if (!rc && c->clip > 0) {
-        double coef = c->clip / (*norm + 1e-6);
-        if (coef < 1.0) rc = s->ops->scale(s->be, g32, (float)coef, s->numel);
+    if (rc) {
+        snprintf(err, errlen, "unscaling the gradient into fp32 failed");
+        return rc;
     }
-    if (rc) snprintf(err, errlen, "preparing the fp32 gradient failed");
-    return rc;
+    mpx_grad_buf buf = { g32, s->numel };
+    double coef;
+    return mpx_clip_grad_norm(s->ops, s->be, &buf, 1, c->clip, mpx_core_host.allreduce_sum,
+                              &s->inst[MPX_KIND_COMM].env.pub, norm, &coef, err, errlen);
 }
 
 static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *err, size_t errlen)

@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,precision,amp,plugins/precision/amp/amp.c,))

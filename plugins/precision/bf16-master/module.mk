@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,precision,bf16-master,plugins/precision/bf16-master/bf16_master.c,))
