@@ -47,7 +47,7 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
 {
     char msg[4096];
     mpx_task t;
-    if (mpx_task_open(&t, s, msg, sizeof msg)) {
+    if (mpx_task_open(&t, s, 1, msg, sizeof msg)) {
         fprintf(err, "mpx check: cannot read the data to count steps: %s\n", msg);
         return 1;
     }

@@ -22,5 +22,6 @@ int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage);
 int mpx_cmd_plugins(int argc, char **argv);
 int mpx_cmd_check(int argc, char **argv);
 int mpx_cmd_run(int argc, char **argv);
+int mpx_cmd_eval(int argc, char **argv);
 
 #endif

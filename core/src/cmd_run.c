@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,12 +21,13 @@ static const char run_usage[] =
     "  (status, effective config, plugins, metrics, counted memory) and metrics.csv\n"
     "  (one row per step); exit 0 finished, 1 failed, 2 usage\n";
 
-static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c)
+static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c, const char *what)
 {
     char when[32];
     json_t *overrides = json_array();
     for (size_t i = 0; i < c->n_overrides; i++) json_array_append_new(overrides, json_string(c->overrides[i]));
-    char cmd[4096] = "mpx run";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mpx %s", what);
     for (int i = 0; i < argc; i++) {
         size_t used = strlen(cmd);
         snprintf(cmd + used, sizeof cmd - used, " %s", argv[i]);
@@ -58,32 +60,69 @@ static json_t *memory_report(const mpx_session *s)
                      "bytes_by_role", by, "peak_by_role", peak);
 }
 
-static int run_dir(const mpx_session *s, const char *out_dir, char *dir, size_t len)
+static int run_dir(const mpx_session *s, const char *out_dir, int train, char *dir, size_t len)
 {
     if (out_dir) return snprintf(dir, len, "%s", out_dir) >= (int)len ? -1 : 0;
     const char *out, *name;
     if (mpx_config_get_string(s->cfg, "run.output_dir", &out) || mpx_config_get_string(s->cfg, "run.name", &name))
         return -1;
-    return snprintf(dir, len, "%s/%s", out, name) >= (int)len ? -1 : 0;
+    return snprintf(dir, len, "%s/%s%s", out, name, train ? "" : "-eval") >= (int)len ? -1 : 0;
+}
+
+/* The trained weights as a checkpoint folder <dir>/checkpoint (the master copy when
+ * there is one, else the weights widened to fp32), written to a temp folder and renamed
+ * so a crash never leaves half a checkpoint. */
+static int save_model(mpx_session *s, const char *dir, char *err, size_t errlen)
+{
+    int save = 0;
+    mpx_config_get_bool(s->cfg, "train.save_model", &save);
+    if (!save) return 0;
+    char tmp[PATH_MAX + 32], final[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s/checkpoint.tmp", dir);
+    snprintf(final, sizeof final, "%s/checkpoint", dir);
+    float *host = malloc(s->numel * 4);
+    void *dev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->numel * 4, "checkpoint staging");
+    int rc = !host || !dev || mpx_mkdirs(tmp) ||
+             s->ops->cast(s->be, s->master.p ? s->master : s->weights, mpx_a(dev, MPX_F32), s->numel) ||
+             s->ops->to_host(s->be, host, dev, s->numel * 4);
+    if (rc) snprintf(err, errlen, "cannot stage the weights for saving in %s", tmp);
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (!rc && m->rec->vt.model.save(m->self, tmp, host, s->offsets)) {
+        mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
+        rc = -1;
+    }
+    if (!rc) {
+        char cmd[3 * PATH_MAX];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", final);
+        if (system(cmd) != 0 || rename(tmp, final) != 0) {
+            snprintf(err, errlen, "cannot move the new checkpoint into %.1000s: %s", final, strerror(errno));
+            rc = -1;
+        }
+    }
+    free(host);
+    if (dev) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
+    return rc;
 }
 
 /* Everything after the record exists; failures end up in the record. */
-static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, char *err, size_t errlen)
+static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int train, char *err, size_t errlen)
 {
     json_t *metrics = json_object_get(rec->root, "metrics");
-    if (mpx_train(s, t, rec, metrics, err, errlen)) return -1;
+    if (train && mpx_train(s, t, rec, metrics, err, errlen)) return -1;
     json_object_set_new(rec->root, "memory", memory_report(s));
+    if (train && save_model(s, rec->dir, err, errlen)) return -1;
     if (t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1;
     return 0;
 }
 
-int mpx_cmd_run(int argc, char **argv)
+/* mpx run and mpx eval: the same session; eval skips training and the training data. */
+static int run_or_eval(int argc, char **argv, int train, const char *usage, const char *what)
 {
     mpx_cli c;
-    int rc = mpx_cli_parse(&c, argc, argv, run_usage);
+    int rc = mpx_cli_parse(&c, argc, argv, usage);
     if (rc) return rc == 1 ? 0 : rc;
     if (c.n_positional != 1) {
-        fputs(run_usage, stderr);
+        fputs(usage, stderr);
         return 2;
     }
     c.config = c.positional[0];
@@ -92,36 +131,44 @@ int mpx_cmd_run(int argc, char **argv)
     memset(&t, 0, sizeof t);
     char err[8192] = "", dir[PATH_MAX];
     if (mpx_session_open(&s, c.plugin_dirs, c.n_plugin_dirs)) {
-        fprintf(stderr, "mpx run: cannot scan plugin folders\n");
+        fprintf(stderr, "mpx %s: cannot scan plugin folders\n", what);
         return 1;
     }
     /* Before the record exists, errors go to stderr only. */
     if (mpx_session_configure(&s, c.config, c.overrides, c.n_overrides, err, sizeof err) ||
-        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, c.out_dir, dir, sizeof dir)) {
-        fprintf(stderr, "mpx run: %s\n", err[0] ? err : "run.output_dir/run.name too long");
+        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, c.out_dir, train, dir, sizeof dir)) {
+        fprintf(stderr, "mpx %s: %s\n", what, err[0] ? err : "run.output_dir/run.name too long");
         mpx_session_close(&s);
         return 1;
     }
     mpx_record rec;
     rc = mpx_session_start(&s, err, sizeof err);
-    json_t *root = new_root(&s, argc, argv, &c);
+    json_t *root = new_root(&s, argc, argv, &c, what);
     if (mpx_record_open(&rec, dir, root, mpx_metrics_columns, mpx_n_metrics_columns, err + 4096, 4096)) {
-        fprintf(stderr, "mpx run: %s\n", err + 4096);
+        fprintf(stderr, "mpx %s: %s\n", what, err + 4096);
         json_decref(root);
         mpx_session_close(&s);
         return 1;
     }
-    if (!rc) rc = mpx_task_open(&t, &s, err, sizeof err);
+    if (!rc) rc = mpx_task_open(&t, &s, train, err, sizeof err);
     if (!rc) {
         json_object_set_new(root, "data_files", t.data_files(&t));
         rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
-    if (!rc) rc = train_and_eval(&s, &t, &rec, err, sizeof err);
+    if (!rc) rc = train_and_eval(&s, &t, &rec, train, err, sizeof err);
     mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL);
-    if (rc) fprintf(stderr, "mpx run: %s\n", err);
-    else fprintf(stderr, "mpx run: finished; record in %s/run.json\n", dir);
+    if (rc) fprintf(stderr, "mpx %s: %s\n", what, err);
+    else fprintf(stderr, "mpx %s: finished; record in %s/run.json\n", what, dir);
     json_decref(root);
     if (t.destroy) t.destroy(&t);
     mpx_session_close(&s);
     return rc ? 1 : 0;
 }
+
+static const char eval_usage[] =
+    "usage: mpx eval CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]... [--out DIR]\n"
+    "  evaluates model.checkpoint on the configured evaluation data without training;\n"
+    "  writes <run.output_dir>/<run.name>-eval/run.json (or DIR/run.json) and predictions.json\n";
+
+int mpx_cmd_run(int argc, char **argv) { return run_or_eval(argc, argv, 1, run_usage, "run"); }
+int mpx_cmd_eval(int argc, char **argv) { return run_or_eval(argc, argv, 0, eval_usage, "eval"); }

@@ -17,6 +17,8 @@ static const char usage[] =
     "                                     effective configuration with every default filled in\n"
     "  run CONFIG [-s KEY=VALUE]...       train and evaluate; records go to\n"
     "                                     <run.output_dir>/<run.name>/ (run.json, metrics.csv)\n"
+    "  eval CONFIG [-s KEY=VALUE]...      evaluate model.checkpoint without training; records go to\n"
+    "                                     <run.output_dir>/<run.name>-eval/\n"
     "  squad-eval DATA.json PRED.json     the official SQuAD v1.1 EM/F1 of a predictions file\n"
     "  help                               this text\n"
     "\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "plugins")) return mpx_cmd_plugins(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return mpx_cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return mpx_cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return mpx_cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "squad-eval")) return mpx_squad_eval_main(argc - 1, argv + 1);
     fprintf(stderr, "mpx: unknown command '%s'\n\n%s", cmd, usage);
     return 2;

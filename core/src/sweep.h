@@ -1,0 +1,112 @@
+/* Sweeps (DESIGN, Config / Records): a sweep file names a base configuration (relative to
+ * the sweep file's folder) and axes; the cells are the cross product of the axes' values.
+ *
+ *   name = "toy";                               (optional; default: the file's base name)
+ *   base = "../toy.cfg";
+ *   axes = ( { key = "optimizer.lr"; values = (0.05, 0.1); },
+ *            { key = "run.seed";     values = (1, 2, 3); } );
+ *
+ * Each cell is the base plus one `-s KEY=VALUE` per axis (the value rendered as a
+ * libconfig literal). Its record folder is <run.output_dir>/<sweep name>/<readable>-<hash>:
+ * the readable part joins the axis values, the hash is the first 8 hex digits of the
+ * sha256 of the cell's effective configuration text with run.output_dir blanked (where
+ * records go does not change what a cell computes). */
+#ifndef MPX_SWEEP_H
+#define MPX_SWEEP_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+
+#include "session.h"
+
+typedef struct mpx_sweep_axis {
+    char *key;
+    size_t n;
+    char **literal;   /* libconfig literals: "\"fp32\"", "1", "0.05" */
+    char **label;     /* for names and listings: fp32, 1, 0.05 */
+    json_t **value;   /* for records */
+} mpx_sweep_axis;
+
+typedef struct mpx_sweep {
+    char *file;       /* the sweep file as given */
+    char *name;
+    char *base;       /* resolved against the sweep file's folder */
+    mpx_sweep_axis *axes;
+    size_t n_axes;
+    size_t n_cells;
+} mpx_sweep;
+
+/* Parse and check a sweep file; errors name FILE:LINE and the key. */
+int mpx_sweep_load(mpx_sweep *sw, const char *path, char *err, size_t errlen);
+void mpx_sweep_free(mpx_sweep *sw);
+
+/* Value index of every axis for cell `cell` (the last axis varies fastest). */
+void mpx_sweep_cell_index(const mpx_sweep *sw, size_t cell, size_t *idx);
+
+/* ---- planning (sweep_plan.c) ------------------------------------------------------ */
+
+typedef enum mpx_cell_plan {
+    MPX_PLAN_RUN,     /* every plugin installed and compatible */
+    MPX_PLAN_SKIP,    /* a plugin not installed, or a declared incompatibility */
+    MPX_PLAN_BAD,     /* any other configuration error */
+} mpx_cell_plan;
+
+/* What the cell's run.json says. */
+typedef enum mpx_rec_state {
+    MPX_REC_NONE, MPX_REC_FINISHED, MPX_REC_SKIPPED, MPX_REC_FAILED, MPX_REC_KILLED,
+    MPX_REC_RUNNING,  /* its process is alive */
+    MPX_REC_STALE,    /* says running, but its process is gone */
+    MPX_REC_UNREADABLE,
+} mpx_rec_state;
+
+typedef struct mpx_sweep_cell {
+    size_t index;
+    char name[256];          /* readable: fp32_1 */
+    char id[32];             /* 8 hex digits */
+    char dir[PATH_MAX];      /* the record folder */
+    char **overrides;        /* user -s, then one per axis; "KEY=LITERAL" */
+    size_t n_overrides;
+    json_t *axes;            /* {KEY: value} */
+    json_t *effective;       /* effective config (NULL when it could not be loaded) */
+    mpx_cell_plan plan;
+    char why[4096];          /* skip reason or configuration error */
+    mpx_rec_state rec;
+    char rec_why[4096];      /* the record's reason / error */
+} mpx_sweep_cell;
+
+/* Plan every cell: effective configuration, folder, plan and record state. `s` is an
+ * opened (not configured) session: its registry answers "installed?". Returns -1 (err
+ * set) only when the base itself cannot be read. */
+int mpx_sweep_plan(const mpx_sweep *sw, mpx_session *s, const char *const *user_ov, size_t n_user,
+                   mpx_sweep_cell *cells, char *err, size_t errlen);
+void mpx_sweep_cells_free(mpx_sweep_cell *cells, size_t n);
+
+/* ---- records (sweep_record.c) ----------------------------------------------------- */
+
+/* Read <dir>/run.json: its state, and its reason/error into why. */
+mpx_rec_state mpx_sweep_read_state(const char *dir, char *why, size_t len);
+/* Write <cell dir>/run.json for a cell that never ran: status "skipped" (reason) or
+ * "failed" (error), with its axis values and what is known of its configuration. */
+int mpx_sweep_write_unrun(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *status);
+/* <output_dir>/<name>/sweep.json: the axes and every cell with its folder and state. */
+int mpx_sweep_write_index(const mpx_sweep *sw, const char *sweep_dir, const mpx_sweep_cell *cells,
+                          const char *const *states, const char *const *user_ov, size_t n_user);
+const char *mpx_rec_state_name(mpx_rec_state st);
+
+/* ---- running one cell (sweep_exec.c) ---------------------------------------------- */
+
+typedef struct mpx_cell_outcome {
+    int exit_code;       /* or -1 when killed by a signal */
+    int signal;
+    double seconds;
+} mpx_cell_outcome;
+
+/* Run `mpx run BASE -s ... --out DIR [--plugin-dir ...]` as a child of /proc/self/exe,
+ * its output into DIR/mpx.log. On a terminal, show a progress line prefixed `label`
+ * (cell i/n, step, loss, ETA) read from the child's metrics.csv. */
+int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
+                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
+                   char *err, size_t errlen);
+
+#endif
