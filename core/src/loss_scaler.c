@@ -1,33 +1,132 @@
 #include "loss_scaler.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-int mpx_scaler_init(mpx_loss_scaler *ls, const char *preset, const mpx_config *cfg, char *err, size_t errlen)
+typedef struct preset {
+    const char *name;
+    mpx_scaler_kind kind;
+    int initial_power;   /* scale = 2^initial_power (fixed kinds: 1) */
+    int64_t window;
+    int hysteresis;
+    double min_scale;
+    int stop_at_min;
+} preset;
+
+static const preset presets[] = {
+    { "none", MPX_SCALER_FIXED, 0, 0, 1, 1.0, 0 },
+    { "static", MPX_SCALER_FIXED, 0, 0, 1, 1.0, 0 },
+    { "pytorch", MPX_SCALER_TORCH, 16, 2000, 1, 0.0, 0 },
+    { "deepspeed-fp16-optimizer", MPX_SCALER_DS_FP16, 16, 1000, 1, 1.0, 0 },
+    { "deepspeed-zero", MPX_SCALER_DEEPSPEED, 32, 1000, 1, 1.0, 1 },
+    { "deepspeed-zero-keys", MPX_SCALER_DEEPSPEED, 16, 1000, 2, 1.0, 1 },
+};
+
+static void apply_overrides(mpx_loss_scaler *ls, const mpx_config *cfg)
+{
+    int64_t power = -1, window = 0, hysteresis = 0;
+    double min_scale = 0, static_scale = 1;
+    mpx_config_get_int(cfg, "precision.initial_scale_power", &power);
+    mpx_config_get_int(cfg, "precision.loss_scale_window", &window);
+    mpx_config_get_int(cfg, "precision.hysteresis", &hysteresis);
+    mpx_config_get_float(cfg, "precision.min_loss_scale", &min_scale);
+    mpx_config_get_float(cfg, "precision.static_loss_scale", &static_scale);
+    if (strcmp(ls->preset, "static") == 0) ls->scale = static_scale;
+    if (ls->kind == MPX_SCALER_FIXED) return;
+    if (power >= 0) ls->scale = ldexp(1.0, (int)power);
+    if (window > 0) ls->window = window;
+    if (hysteresis > 0) ls->hysteresis = (int)hysteresis;
+    if (min_scale > 0) ls->min_scale = min_scale;
+}
+
+int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_config *cfg, char *err, size_t errlen)
 {
     memset(ls, 0, sizeof *ls);
-    snprintf(ls->preset, sizeof ls->preset, "%s", preset ? preset : "none");
-    ls->scale = 1.0;
-    ls->min_scale = 1.0;
-    if (strcmp(ls->preset, "none") == 0) return 0;
-    if (strcmp(ls->preset, "static") == 0) {
-        mpx_config_get_float(cfg, "precision.static_loss_scale", &ls->scale);
-        return 0;
+    if (!name) name = "none";
+    const preset *p = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (strcmp(presets[i].name, name) == 0) p = &presets[i];
+    if (!p) {
+        snprintf(err, errlen, "precision.loss_scale: unknown preset \"%s\" (none, static, pytorch, "
+                 "deepspeed-fp16-optimizer, deepspeed-zero, deepspeed-zero-keys)", name);
+        return -1;
     }
-    snprintf(err, errlen, "precision.loss_scale: preset \"%s\" is not implemented yet", ls->preset);
-    return -1;
+    snprintf(ls->preset, sizeof ls->preset, "%s", p->name);
+    ls->kind = p->kind;
+    ls->scale = ldexp(1.0, p->initial_power);
+    ls->window = p->window;
+    ls->hysteresis = p->hysteresis;
+    ls->min_scale = p->min_scale;
+    ls->stop_at_min = p->stop_at_min;
+    ls->factor = 2.0;
+    if (cfg) apply_overrides(ls, cfg);
+    ls->cur_hysteresis = ls->hysteresis;
+    ls->last_overflow_iter = -1;
+    return 0;
+}
+
+/* torch.cuda.amp.GradScaler.update */
+static void torch_update(mpx_loss_scaler *ls, int overflow)
+{
+    if (overflow) {
+        ls->scale *= 0.5;
+        ls->growth_tracker = 0;
+        return;
+    }
+    if (++ls->growth_tracker == ls->window) {
+        ls->scale *= ls->factor;
+        ls->growth_tracker = 0;
+    }
+}
+
+/* DeepSpeed FP16_Optimizer._update_scale (no ZeRO): every overflow halves the scale down
+ * to the minimum, never stopping; the scale doubles when the clean steps since the last
+ * overflow, less one, are a positive multiple of the window. */
+static void ds_fp16_update(mpx_loss_scaler *ls, int overflow)
+{
+    if (overflow) {
+        ls->scale = fmax(ls->scale / ls->factor, ls->min_scale);
+        ls->last_overflow_iter = ls->iter;
+    } else {
+        int64_t stable = ls->iter - ls->last_overflow_iter - 1;
+        if (stable > 0 && stable % ls->window == 0) ls->scale *= ls->factor;
+    }
+    ls->iter++;
+}
+
+/* DeepSpeed DynamicLossScaler.update_scale (ZeRO), consecutive_hysteresis = false. */
+static int deepspeed_update(mpx_loss_scaler *ls, int overflow, int64_t step, char *err, size_t errlen)
+{
+    if (overflow) {
+        if (ls->hysteresis == 1 || ls->cur_hysteresis == 1) {
+            if (ls->stop_at_min && ls->scale <= ls->min_scale) {
+                snprintf(err, errlen, "step %lld: gradient overflow with the loss scale already at its minimum %g "
+                         "(preset %s stops here, as DeepSpeed's \"Current loss scale already at minimum\")",
+                         (long long)step, ls->min_scale, ls->preset);
+                return -1;
+            }
+            ls->scale = fmax(ls->scale / ls->factor, ls->min_scale);
+        } else {
+            ls->cur_hysteresis--;
+        }
+        ls->last_overflow_iter = ls->iter;
+    } else if ((ls->iter - ls->last_overflow_iter) % ls->window == 0) {
+        ls->cur_hysteresis = ls->hysteresis; /* consecutive_hysteresis = false */
+        ls->scale *= ls->factor;
+    }
+    ls->iter++;
+    return 0;
 }
 
 int mpx_scaler_update(mpx_loss_scaler *ls, int overflow, int64_t step, int *skip, char *err, size_t errlen)
 {
-    *skip = 0;
-    if (!overflow) { ls->clean_steps++; return 0; }
-    ls->overflows++;
-    *skip = 1;
-    if (!ls->dynamic) {
-        snprintf(err, errlen, "step %lld: non-finite gradients with loss scale \"%s\" (%g): "
-                 "the run cannot go on", (long long)step, ls->preset, ls->scale);
-        return -1;
+    *skip = overflow != 0;
+    ls->overflows += overflow != 0;
+    switch (ls->kind) {
+    case MPX_SCALER_TORCH: torch_update(ls, overflow); return 0;
+    case MPX_SCALER_DEEPSPEED: return deepspeed_update(ls, overflow, step, err, errlen);
+    case MPX_SCALER_DS_FP16: ds_fp16_update(ls, overflow); return 0;
+    default: return 0;
     }
-    return 0;
 }
