@@ -3,7 +3,18 @@ GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown
 $(BUILD)/obj/core/src/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
 $(BUILD)/obj/core/src/provenance.o: $(wildcard .git/HEAD .git/refs/heads/*)
 LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/precision_keys.c \
-            core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/train.c \
+            core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/train.c \
             core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
             core/src/cmd_check.c core/src/check_report.c core/src/cmd_run.c
 CORE_SRCS += core/src/main.c
+
+# make install PREFIX=...: the binary, the plugins (lib/mpx), the ABI headers and mpx.pc,
+# so a plugin can be built out of tree: cc -shared -fPIC $(pkg-config --cflags mpx) ...
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/mpx $(DESTDIR)$(PREFIX)/include/mpx \
+	           $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/mpx
+	install -m 755 $(BUILD)/bin/mpx $(DESTDIR)$(PREFIX)/bin/mpx
+	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/mpx/
+	install -m 644 core/include/mpx/*.h $(DESTDIR)$(PREFIX)/include/mpx/
+	install -m 644 core/plugin.map $(DESTDIR)$(PREFIX)/share/mpx/plugin.map
+	sed -e 's|@PREFIX@|$(PREFIX)|g' core/mpx.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mpx.pc
