@@ -1,0 +1,171 @@
+/* The `cpu` compute backend: descriptor, instance (threads, pool, workspaces), memory
+ * ops and the op table. The ops themselves live in one file per group:
+ *   cpu_elementwise.c  cast, add, axpby, scale, gelu, dropout, apply_update
+ *   cpu_gemm.c         gemm (OpenBLAS sgemm on fp32-widened inputs)
+ *   cpu_rows.c         bias_add/grad, layernorm, softmax, cross_entropy
+ *   cpu_misc.c         embeddings, sum_squares, count_nonfinite
+ * See cpu_internal.h for which results depend on the thread count (only GEMM's, through
+ * OpenBLAS). */
+#define _GNU_SOURCE
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CPU_MAX_THREADS 1024
+
+static const mpx_option cpu_options[] = {
+    { .key = "threads", .type = MPX_OPT_INT, .def = "0", .min = 0, .max = CPU_MAX_THREADS,
+      .help = "threads for OpenBLAS and the backend's own ops; 0 = all available cores" },
+};
+
+static int available_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ---- instance ---- */
+
+static void cpu_destroy(void *vbe)
+{
+    cpu_be *be = vbe;
+    if (!be) return;
+    cpu_pool_destroy(be->pool);
+    for (int i = 0; i < CPU_WS_SLOTS; i++) free(be->ws[i]);
+    free(be);
+}
+
+static int cpu_create(mpx_env *env, void **out)
+{
+    int64_t threads = 0;
+    MPX_TRY(env->host->opt_int(env, "threads", &threads));
+    if (threads < 0 || threads > CPU_MAX_THREADS)
+        return MPX_FAIL(env, "backend.cpu.threads = %lld: must be in [0, %d]", (long long)threads,
+                        CPU_MAX_THREADS);
+    cpu_be *be = calloc(1, sizeof *be);
+    if (!be) {
+        (void)MPX_FAIL(env, "out of memory creating the cpu backend");
+        return MPX_ERR_NOMEM;
+    }
+    be->env = env;
+    be->threads = threads ? (int)threads : available_cores();
+    be->has_f16c = cpu_detect_f16c();
+    /* OpenBLAS keeps its thread count process-wide: the one global the backend sets. */
+    openblas_set_num_threads(be->threads);
+    be->pool = cpu_pool_create(be->threads);
+    if (!be->pool) {
+        (void)MPX_FAIL(env, "cannot create the cpu backend's thread pool (%d threads)", be->threads);
+        cpu_destroy(be);
+        return MPX_ERR_NOMEM;
+    }
+    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s", be->threads,
+             openblas_get_config(), be->has_f16c ? ", F16C" : "");
+    *out = be;
+    return MPX_OK;
+}
+
+static const char *cpu_describe(void *vbe) { return ((cpu_be *)vbe)->line; }
+
+void *cpu_ws(cpu_be *be, int slot, size_t bytes)
+{
+    if (bytes <= be->ws_bytes[slot]) return be->ws[slot];
+    free(be->ws[slot]);
+    size_t rounded = (bytes + 63) / 64 * 64;
+    be->ws[slot] = aligned_alloc(64, rounded);
+    be->ws_bytes[slot] = be->ws[slot] ? rounded : 0;
+    if (!be->ws[slot]) (void)CPU_FAIL(be, "cpu backend: out of memory for a %zu-byte workspace", bytes);
+    return be->ws[slot];
+}
+
+int cpu_check_(cpu_be *be, const char *file, int line, const char *op, const char *name,
+               mpx_arg a, size_t n)
+{
+    if (a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16) {
+        be->env->host->error(be->env, file, line,
+                             "cpu %s: %s has dtype %s; supported: fp32, fp16, bf16", op, name,
+                             mpx_dtype_name(a.t));
+        return MPX_ERR_UNSUPPORTED;
+    }
+    if (n > 0 && !a.p) {
+        be->env->host->error(be->env, file, line, "cpu %s: %s is NULL", op, name);
+        return MPX_ERR;
+    }
+    return MPX_OK;
+}
+
+/* ---- memory: host memory, 64-byte aligned, zero-filled ---- */
+
+static void *cpu_alloc(void *vbe, size_t bytes)
+{
+    (void)vbe;
+    size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(void *vbe, void *p) { (void)vbe; free(p); }
+
+static int cpu_copy_bytes(void *vbe, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && (!dst || !src)) return CPU_FAIL((cpu_be *)vbe, "cpu copy: NULL pointer for %zu bytes", bytes);
+    if (bytes) memmove(dst, src, bytes);
+    return MPX_OK;
+}
+
+static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
+{
+    if (bytes && !p) return CPU_FAIL((cpu_be *)vbe, "cpu fill_zero: NULL pointer for %zu bytes", bytes);
+    if (bytes) memset(p, 0, bytes);
+    return MPX_OK;
+}
+
+static const mpx_ops cpu_ops = {
+    .size = sizeof(mpx_ops),
+    .alloc = cpu_alloc, .free = cpu_free,
+    .to_device = cpu_copy_bytes, .to_host = cpu_copy_bytes, .copy = cpu_copy_bytes,
+    .fill_zero = cpu_fill_zero,
+    .cast = cpu_cast, .add = cpu_add, .axpby = cpu_axpby, .scale = cpu_scale,
+    .gemm = cpu_gemm,
+    .bias_add = cpu_bias_add, .bias_grad = cpu_bias_grad,
+    .layernorm_fwd = cpu_layernorm_fwd, .layernorm_bwd = cpu_layernorm_bwd,
+    .softmax_fwd = cpu_softmax_fwd, .softmax_bwd = cpu_softmax_bwd,
+    .gelu_fwd = cpu_gelu_fwd, .gelu_bwd = cpu_gelu_bwd,
+    .dropout_fwd = cpu_dropout_fwd, .dropout_bwd = cpu_dropout_bwd,
+    .embedding_fwd = cpu_embedding_fwd, .embedding_bwd = cpu_embedding_bwd,
+    .cross_entropy = cpu_cross_entropy,
+    .sum_squares = cpu_sum_squares, .count_nonfinite = cpu_count_nonfinite,
+    .apply_update = cpu_apply_update,
+};
+
+static const mpx_backend_vtable cpu_vtable = {
+    .size = sizeof(mpx_backend_vtable),
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .ops = &cpu_ops,
+    .describe = cpu_describe,
+};
+
+static const mpx_plugin_desc cpu_desc = {
+    MPX_DESC_HEADER,
+    .kind = MPX_KIND_BACKEND,
+    .name = "cpu",
+    .version = "1.0.0",
+    .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
+    .options = cpu_options,
+    .n_options = MPX_COUNT(cpu_options),
+    .vtable = &cpu_vtable,
+};
+
+MPX_PLUGIN_ENTRY
+{
+    (void)host;
+    return &cpu_desc;
+}

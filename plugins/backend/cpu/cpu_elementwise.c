@@ -1,0 +1,266 @@
+/* Elementwise ops: cast, add, axpby, scale, GELU, dropout, apply_update.
+ * Each op is a kernel over fp32 blocks: inputs are widened block by block into stack
+ * buffers, the kernel computes in fp32, the output block is rounded once to its dtype.
+ * Element results never depend on how the range is split, so neither on threads. */
+#include "cpu_internal.h"
+
+#include <math.h>
+
+/* Below this many elements an op runs on the calling thread. */
+#define CPU_EW_GRAIN 16384
+
+typedef struct ew_job ew_job;
+/* out[j] for elements off..off+n-1 from in[0..n_in-1][j] (and out[j] itself when the
+ * job reads its output). */
+typedef void (*ew_kernel)(const ew_job *job, size_t off, size_t n, float *const *in, float *out);
+
+struct ew_job {
+    cpu_be *be;
+    mpx_arg in[2];
+    int n_in;
+    mpx_arg out;
+    int read_out;
+    ew_kernel kernel;
+    float alpha, beta, p, keep_scale;
+    mpx_rng rng;
+};
+
+static void ew_range(void *vjob, size_t begin, size_t end)
+{
+    const ew_job *job = vjob;
+    float buf[3][CPU_BLOCK];
+    float *in[2] = { buf[0], buf[1] };
+    for (size_t off = begin; off < end; off += CPU_BLOCK) {
+        size_t n = end - off < CPU_BLOCK ? end - off : CPU_BLOCK;
+        for (int i = 0; i < job->n_in; i++) cpu_load(job->be, job->in[i], off, n, in[i]);
+        if (job->read_out) cpu_load(job->be, job->out, off, n, buf[2]);
+        job->kernel(job, off, n, in, buf[2]);
+        cpu_store(job->be, buf[2], job->out, off, n);
+    }
+}
+
+static int ew_run(ew_job *job, size_t n)
+{
+    cpu_pool_run(job->be->pool, n, CPU_EW_GRAIN, ew_range, job);
+    return MPX_OK;
+}
+
+/* ---- cast, add, axpby, scale ---- */
+
+static void k_copy(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)j; (void)off;
+    memcpy(out, in[0], n * sizeof *out);
+}
+
+int cpu_cast(void *vbe, mpx_arg x, mpx_arg y, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "cast", "x", x, n);
+    CPU_CHECK(be, "cast", "y", y, n);
+    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_copy };
+    return ew_run(&job, n);
+}
+
+static void k_add(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)j; (void)off;
+    for (size_t i = 0; i < n; i++) out[i] = in[0][i] + in[1][i];
+}
+
+int cpu_add(void *vbe, mpx_arg a, mpx_arg b, mpx_arg y, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "add", "a", a, n);
+    CPU_CHECK(be, "add", "b", b, n);
+    CPU_CHECK(be, "add", "y", y, n);
+    ew_job job = { .be = be, .in = { a, b }, .n_in = 2, .out = y, .kernel = k_add };
+    return ew_run(&job, n);
+}
+
+static void k_axpby(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)off;
+    if (j->read_out)
+        for (size_t i = 0; i < n; i++) out[i] = j->alpha * in[0][i] + j->beta * out[i];
+    else
+        for (size_t i = 0; i < n; i++) out[i] = j->alpha * in[0][i];
+}
+
+/* beta == 0 does not read y (BLAS convention: an uninitialised y may hold NaN). */
+int cpu_axpby(void *vbe, float alpha, mpx_arg x, float beta, mpx_arg y, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "axpby", "x", x, n);
+    CPU_CHECK(be, "axpby", "y", y, n);
+    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .read_out = beta != 0.0f,
+                   .kernel = k_axpby, .alpha = alpha, .beta = beta };
+    return ew_run(&job, n);
+}
+
+static void k_scale(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)off; (void)in;
+    for (size_t i = 0; i < n; i++) out[i] *= j->alpha;
+}
+
+int cpu_scale(void *vbe, mpx_arg x, float alpha, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "scale", "x", x, n);
+    ew_job job = { .be = be, .out = x, .read_out = 1, .kernel = k_scale, .alpha = alpha };
+    return ew_run(&job, n);
+}
+
+/* ---- GELU, erf form: x * Phi(x) ----
+ * Phi(x) = erfc(-x / sqrt 2) / 2 equals (1 + erf(x / sqrt 2)) / 2 but keeps its relative
+ * accuracy for negative x, where 1 + erf cancels (x = -4 would lose 10 bits). */
+static inline float phi(float x) { return 0.5f * erfcf(-x * (float)M_SQRT1_2); }
+
+static void k_gelu_fwd(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)j; (void)off;
+    for (size_t i = 0; i < n; i++) {
+        float x = in[0][i];
+        out[i] = x * phi(x);
+    }
+}
+
+static void k_gelu_bwd(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    (void)j; (void)off;
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    for (size_t i = 0; i < n; i++) {
+        float x = in[1][i];
+        float cdf = phi(x);
+        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+        out[i] = in[0][i] * (cdf + x * pdf);
+    }
+}
+
+int cpu_gelu_fwd(void *vbe, mpx_arg x, mpx_arg y, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "gelu_fwd", "x", x, n);
+    CPU_CHECK(be, "gelu_fwd", "y", y, n);
+    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_gelu_fwd };
+    return ew_run(&job, n);
+}
+
+int cpu_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "gelu_bwd", "dy", dy, n);
+    CPU_CHECK(be, "gelu_bwd", "x", x, n);
+    CPU_CHECK(be, "gelu_bwd", "dx", dx, n);
+    ew_job job = { .be = be, .in = { dy, x }, .n_in = 2, .out = dx, .kernel = k_gelu_bwd };
+    return ew_run(&job, n);
+}
+
+/* ---- dropout: element i keeps when (draw_i >> 8) * 2^-24 >= p ---- */
+
+static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    const float p = j->p;
+    for (size_t i = 0; i < n;) {
+        uint64_t e = off + i;
+        mpx_philox_out r = mpx_philox_block(j->rng.seed, j->rng.site, j->rng.tick, e >> 2);
+        for (unsigned w = (unsigned)(e & 3); w < 4 && i < n; w++, i++)
+            out[i] = mpx_uniform(r.v[w]) >= p ? in[0][i] * j->keep_scale : 0.0f;
+    }
+}
+
+static int dropout(cpu_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
+{
+    CPU_CHECK(be, op, "input", x, n);
+    CPU_CHECK(be, op, "output", y, n);
+    if (!(p >= 0.0f && p <= 1.0f)) return CPU_FAIL(be, "cpu %s: p = %g is outside [0, 1]", op, (double)p);
+    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_dropout, .p = p,
+                   .keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, .rng = rng };
+    return ew_run(&job, n);
+}
+
+int cpu_dropout_fwd(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
+{
+    return dropout(be, "dropout_fwd", x, y, n, p, rng);
+}
+
+/* The same mask and scale applied to the gradient. */
+int cpu_dropout_bwd(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng)
+{
+    return dropout(be, "dropout_bwd", dy, dx, n, p, rng);
+}
+
+/* ---- apply_update ----
+ * NEAREST:    w = rne(w + u).
+ * STOCHASTIC: w = sr(w + u) with element i's draw (fp32 w: plain fp32 add).
+ * KAHAN:      y = u - c; t = rnd_w(w + y); c = (t - w) - y; w = t — the sum is rounded to
+ *             w's dtype before the compensation is taken, so c holds what the stored
+ *             weight lost (with fp32 weights this is textbook Kahan). c is stored in its
+ *             dtype, rounded to nearest. */
+
+typedef struct upd_job {
+    cpu_be *be;
+    mpx_arg w, comp;
+    const float *u;
+    mpx_rounding mode;
+    mpx_rng rng;
+} upd_job;
+
+static void sr_store(const upd_job *j, const float *v, size_t off, size_t n)
+{
+    uint16_t *d = (uint16_t *)j->w.p + off;
+    for (size_t i = 0; i < n;) {
+        uint64_t e = off + i;
+        mpx_philox_out r = mpx_philox_block(j->rng.seed, j->rng.site, j->rng.tick, e >> 2);
+        for (unsigned k = (unsigned)(e & 3); k < 4 && i < n; k++, i++)
+            d[i] = j->w.t == MPX_BF16 ? mpx_f32_to_bf16_sr(v[i], r.v[k]) : mpx_f32_to_f16_sr(v[i], r.v[k]);
+    }
+}
+
+static void upd_range(void *vjob, size_t begin, size_t end)
+{
+    const upd_job *j = vjob;
+    float w[CPU_BLOCK], c[CPU_BLOCK], t[CPU_BLOCK];
+    for (size_t off = begin; off < end; off += CPU_BLOCK) {
+        size_t n = end - off < CPU_BLOCK ? end - off : CPU_BLOCK;
+        const float *u = j->u + off;
+        cpu_load(j->be, j->w, off, n, w);
+        if (j->mode == MPX_ROUND_KAHAN) {
+            cpu_load(j->be, j->comp, off, n, c);
+            for (size_t i = 0; i < n; i++) {
+                c[i] = u[i] - c[i];              /* y */
+                t[i] = w[i] + c[i];
+            }
+            cpu_round_inplace(j->be, t, n, j->w.t);
+            for (size_t i = 0; i < n; i++) c[i] = (t[i] - w[i]) - c[i];
+            cpu_store(j->be, c, j->comp, off, n);
+            cpu_store(j->be, t, j->w, off, n);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) w[i] += u[i];
+        if (j->mode == MPX_ROUND_STOCHASTIC && j->w.t != MPX_F32)
+            sr_store(j, w, off, n);
+        else
+            cpu_store(j->be, w, j->w, off, n);
+    }
+}
+
+int cpu_apply_update(void *vbe, mpx_arg w, mpx_arg comp, const float *u, size_t n,
+                     mpx_rounding mode, mpx_rng rng)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "apply_update", "w", w, n);
+    if (n && !u) return CPU_FAIL(be, "cpu apply_update: update is NULL");
+    if (mode != MPX_ROUND_NEAREST && mode != MPX_ROUND_STOCHASTIC && mode != MPX_ROUND_KAHAN) {
+        (void)CPU_FAIL(be, "cpu apply_update: unknown rounding mode %d", (int)mode);
+        return MPX_ERR_UNSUPPORTED;
+    }
+    if (mode == MPX_ROUND_KAHAN) {
+        if (n && !comp.p) return CPU_FAIL(be, "cpu apply_update: kahan rounding needs a compensation buffer");
+        CPU_CHECK(be, "apply_update", "comp (kahan compensation)", comp, n);
+    }
+    upd_job job = { .be = be, .w = w, .comp = comp, .u = u, .mode = mode, .rng = rng };
+    cpu_pool_run(be->pool, n, CPU_EW_GRAIN, upd_range, &job);
+    return MPX_OK;
+}

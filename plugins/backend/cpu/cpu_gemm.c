@@ -1,0 +1,229 @@
+/* GEMM: "round inputs to `compute`, multiply-accumulate in fp32, round the output".
+ * fp32 operands that need no rounding go to cblas_sgemm as they are. Any other operand
+ * is converted into a compact fp32 copy and sgemm runs on that; a 16-bit C is computed
+ * in fp32 (read first when beta != 0) and rounded once at the end. Work goes one batch
+ * item at a time, so converted operands are still in cache when used.
+ * Two ways to use the threads:
+ *  - one matrix (or few): OpenBLAS threads the sgemm, the pool converts row blocks into
+ *    the backend's workspace (slot 0: A, 1: B, 2: C);
+ *  - a batch of at least CPU_GEMM_BATCH_PAR items per thread (attention): OpenBLAS is
+ *    set to one thread and the pool runs whole items, each thread converting into its
+ *    own buffers — no hand-offs between OpenBLAS's threads and ours.
+ * Either way every element of C is one single-threaded-kernel dot product over K in
+ * OpenBLAS's blocking, which is why the bits do not change with the thread count. */
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* Rows converted per piece when widening operands (each row is a few KB). */
+#define CPU_GEMM_ROW_GRAIN 16
+/* Batch items per thread from which items are spread over threads. */
+#define CPU_GEMM_BATCH_PAR 2
+
+/* One operand's stored layout: `batch` matrices of rows × cols at stride, leading dim ld. */
+typedef struct operand {
+    mpx_arg a;
+    int rows, cols, ld;
+    long long stride;
+    int batch;
+} operand;
+
+typedef struct conv_job {
+    cpu_be *be;
+    operand op;
+    float *dst;           /* compact: batch × rows × cols */
+    mpx_dtype round_to;   /* MPX_F32 = no rounding */
+    int to_storage;       /* 0: storage -> dst; 1: dst -> storage (C write-back) */
+} conv_job;
+
+static void conv_rows(void *vjob, size_t begin, size_t end)
+{
+    const conv_job *j = vjob;
+    const operand *o = &j->op;
+    for (size_t r = begin; r < end; r++) {
+        size_t b = r / (size_t)o->rows, row = r % (size_t)o->rows;
+        size_t src = (size_t)((long long)b * o->stride) + row * (size_t)o->ld;
+        float *d = j->dst + r * (size_t)o->cols;
+        if (j->to_storage) {
+            cpu_store(j->be, d, o->a, src, (size_t)o->cols);
+        } else {
+            cpu_load(j->be, o->a, src, (size_t)o->cols, d);
+            if (j->round_to != MPX_F32) cpu_round_inplace(j->be, d, (size_t)o->cols, j->round_to);
+        }
+    }
+}
+
+/* Converts o (storage <-> compact dst); through the pool, or on this thread when
+ * `pool` is NULL. */
+static void convert(cpu_be *be, cpu_pool *pool, const operand *o, float *dst, mpx_dtype round_to,
+                    int to_storage)
+{
+    conv_job job = { .be = be, .op = *o, .dst = dst, .round_to = round_to, .to_storage = to_storage };
+    size_t rows = (size_t)o->batch * (size_t)o->rows;
+    if (pool) cpu_pool_run(pool, rows, CPU_GEMM_ROW_GRAIN, conv_rows, &job);
+    else conv_rows(&job, 0, rows);
+}
+
+static int needs_conversion(mpx_arg a, mpx_dtype compute)
+{
+    return a.t != MPX_F32 || (compute != MPX_F32 && compute != a.t);
+}
+
+/* The one-matrix operand as sgemm will read it: the original if fp32 and exact in
+ * `compute`, else converted into `buf` (rows × cols floats). */
+static const float *prepare_input(cpu_be *be, cpu_pool *pool, const operand *o, mpx_dtype compute,
+                                  float *buf, int *ld)
+{
+    if (!needs_conversion(o->a, compute)) {
+        *ld = o->ld;
+        return o->a.p;
+    }
+    int needs_round = compute != MPX_F32 && o->a.t != compute;
+    convert(be, pool, o, buf, needs_round ? compute : MPX_F32, 0);
+    *ld = o->cols;
+    return buf;
+}
+
+static int check_gemm(cpu_be *be, const mpx_gemm *g)
+{
+    CPU_CHECK(be, "gemm", "A", g->a, 1);
+    CPU_CHECK(be, "gemm", "B", g->b, 1);
+    CPU_CHECK(be, "gemm", "C", g->c, 1);
+    if (g->compute != MPX_F32 && g->compute != MPX_F16 && g->compute != MPX_BF16) {
+        (void)CPU_FAIL(be, "cpu gemm: compute dtype %s is not fp32, fp16 or bf16", mpx_dtype_name(g->compute));
+        return MPX_ERR_UNSUPPORTED;
+    }
+    if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
+        return CPU_FAIL(be, "cpu gemm: bad sizes m=%d n=%d k=%d batch=%d", g->m, g->n, g->k, g->batch);
+    int a_cols = g->trans_a ? g->m : g->k, b_cols = g->trans_b ? g->k : g->n;
+    if (g->lda < (a_cols > 1 ? a_cols : 1) || g->ldb < (b_cols > 1 ? b_cols : 1) ||
+        g->ldc < (g->n > 1 ? g->n : 1))
+        return CPU_FAIL(be, "cpu gemm: leading dimensions lda=%d ldb=%d ldc=%d too small for "
+                        "m=%d n=%d k=%d (trans_a=%d trans_b=%d)", g->lda, g->ldb, g->ldc, g->m, g->n,
+                        g->k, g->trans_a, g->trans_b);
+    if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0))
+        return CPU_FAIL(be, "cpu gemm: negative batch stride");
+    return MPX_OK;
+}
+
+/* C_b = alpha op(A_b) op(B_b) + beta C_b for k = 0 (sgemm would reject lda = 0 here). */
+static void scale_only(float *c, int m, int n, int ldc, float beta)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+}
+
+static void sgemm(const mpx_gemm *g, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
+{
+    if (g->k == 0) { scale_only(C, g->m, g->n, ldc, g->beta); return; }
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
+                A, lda, B, ldb, g->beta, C, ldc);
+}
+
+/* Batch item b of an operand as a one-matrix operand. */
+static operand item(const operand *o, int b)
+{
+    operand r = *o;
+    r.a = mpx_at(o->a, (size_t)((long long)b * o->stride));
+    r.batch = 1;
+    r.stride = 0;
+    return r;
+}
+
+typedef struct gemm_bufs { float *a, *b, *c; } gemm_bufs;
+
+/* Batch item b, start to finish: convert what needs it into `w`, sgemm, round C back.
+ * `pool` NULL keeps the conversions on the calling thread. */
+static void gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operand *oa,
+                      const operand *ob, const operand *oc, int b, const gemm_bufs *w)
+{
+    operand ia = item(oa, b), ib = item(ob, b), ic = item(oc, b);
+    int lda = 1, ldb = 1, ldc = g->ldc;
+    const float *A = NULL, *B = NULL;
+    if (g->k > 0) {
+        A = prepare_input(be, pool, &ia, g->compute, w->a, &lda);
+        B = prepare_input(be, pool, &ib, g->compute, w->b, &ldb);
+    }
+    float *C = ic.a.p;
+    if (g->c.t != MPX_F32) {
+        C = w->c;
+        ldc = g->n;
+        if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
+    }
+    sgemm(g, A, lda, B, ldb, C, ldc);
+    if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
+}
+
+/* Buffer sizes (floats) for one item; 0 where the operand is used in place. */
+static void item_sizes(const mpx_gemm *g, size_t sz[3])
+{
+    sz[0] = g->k > 0 && needs_conversion(g->a, g->compute) ? (size_t)g->m * (size_t)g->k : 0;
+    sz[1] = g->k > 0 && needs_conversion(g->b, g->compute) ? (size_t)g->k * (size_t)g->n : 0;
+    sz[2] = g->c.t != MPX_F32 ? (size_t)g->m * (size_t)g->n : 0;
+}
+
+typedef struct batch_job {
+    cpu_be *be;
+    const mpx_gemm *g;
+    const operand *oa, *ob, *oc;
+    atomic_int failed;
+} batch_job;
+
+static void batch_items(void *vj, size_t begin, size_t end)
+{
+    batch_job *j = vj;
+    size_t sz[3];
+    item_sizes(j->g, sz);
+    float *mem = NULL;
+    if (sz[0] + sz[1] + sz[2]) {
+        mem = malloc((sz[0] + sz[1] + sz[2]) * sizeof(float));
+        if (!mem) { atomic_store(&j->failed, 1); return; }
+    }
+    gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL };
+    for (size_t b = begin; b < end; b++) gemm_item(j->be, NULL, j->g, j->oa, j->ob, j->oc, (int)b, &w);
+    free(mem);
+}
+
+static int gemm_batch_parallel(cpu_be *be, const mpx_gemm *g, const operand *oa,
+                               const operand *ob, const operand *oc)
+{
+    batch_job j = { .be = be, .g = g, .oa = oa, .ob = ob, .oc = oc };
+    atomic_init(&j.failed, 0);
+    openblas_set_num_threads(1);
+    cpu_pool_run(be->pool, (size_t)g->batch, 1, batch_items, &j);
+    openblas_set_num_threads(be->threads);
+    if (atomic_load(&j.failed))
+        return (void)CPU_FAIL(be, "cpu gemm: out of memory for per-thread buffers (m=%d n=%d k=%d)", g->m, g->n, g->k), MPX_ERR_NOMEM;
+    return MPX_OK;
+}
+
+static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, const operand *ob,
+                           const operand *oc)
+{
+    size_t sz[3];
+    item_sizes(g, sz);
+    gemm_bufs w = { NULL, NULL, NULL };
+    if ((sz[0] && !(w.a = cpu_ws(be, 0, sz[0] * sizeof(float)))) ||
+        (sz[1] && !(w.b = cpu_ws(be, 1, sz[1] * sizeof(float)))) ||
+        (sz[2] && !(w.c = cpu_ws(be, 2, sz[2] * sizeof(float)))))
+        return MPX_ERR_NOMEM;
+    if (openblas_get_num_threads() != be->threads) openblas_set_num_threads(be->threads);
+    for (int b = 0; b < g->batch; b++) gemm_item(be, be->pool, g, oa, ob, oc, b, &w);
+    return MPX_OK;
+}
+
+int cpu_gemm(void *vbe, const mpx_gemm *g)
+{
+    cpu_be *be = vbe;
+    MPX_TRY(check_gemm(be, g));
+    if (g->m == 0 || g->n == 0) return MPX_OK;
+    operand oa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->batch };
+    operand ob = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->batch };
+    operand oc = { g->c, g->m, g->n, g->ldc, g->stride_c, g->batch };
+    if (be->threads > 1 && g->batch >= CPU_GEMM_BATCH_PAR * be->threads)
+        return gemm_batch_parallel(be, g, &oa, &ob, &oc);
+    return gemm_sequential(be, g, &oa, &ob, &oc);
+}

@@ -1,0 +1,104 @@
+/* The cpu backend's private interface: the instance, its thread pool and workspaces,
+ * dtype conversion over blocks, and the op implementations each file defines.
+ *
+ * Thread count and results: every op except GEMM gives bitwise the same result for any
+ * `threads` value, because work is split into fixed-size blocks (never into one piece
+ * per thread) and partial sums are combined in block order. GEMM results are whatever
+ * OpenBLAS gives; OpenBLAS 0.3.21 splits sgemm over M and N only, so they do not change
+ * with the thread count either on the shapes tested (test_cpu_ops_threads), but that is
+ * OpenBLAS's property, not ours.
+ */
+#ifndef MPX_CPU_INTERNAL_H
+#define MPX_CPU_INTERNAL_H
+
+#include "mpx/mpx.h"
+
+/* Elements per conversion block: buffers of this many floats live on the stack. */
+#define CPU_BLOCK 1024
+/* Rows per fixed reduction block (bias_grad, layernorm_bwd): independent of threads. */
+#define CPU_ROW_BLOCK 32
+/* Elements per fixed reduction chunk (sum_squares, count_nonfinite). */
+#define CPU_SUM_CHUNK 4096
+
+/* ---- thread pool (cpu_pool.c) ---- */
+typedef void (*cpu_range_fn)(void *ctx, size_t begin, size_t end);
+typedef struct cpu_pool cpu_pool;
+/* A pool using `threads` threads in all (the caller is one of them). */
+cpu_pool *cpu_pool_create(int threads);
+void cpu_pool_destroy(cpu_pool *p);
+/* fn(ctx, b, e) over pieces covering [0, n), each at least `grain` items (the last may
+ * be shorter); returns when all are done. Pieces run concurrently: fn must only write
+ * what its range owns. */
+void cpu_pool_run(cpu_pool *p, size_t n, size_t grain, cpu_range_fn fn, void *ctx);
+
+/* ---- the instance ---- */
+#define CPU_WS_SLOTS 4
+typedef struct cpu_be {
+    mpx_env *env;          /* for errors */
+    int threads;
+    cpu_pool *pool;
+    void *ws[CPU_WS_SLOTS];   /* reusable workspaces (GEMM operands, partial sums) */
+    size_t ws_bytes[CPU_WS_SLOTS];
+    int has_f16c;
+    char line[160];
+} cpu_be;
+
+/* Workspace `slot` of at least `bytes`, 64-byte aligned, contents undefined. */
+void *cpu_ws(cpu_be *be, int slot, size_t bytes);
+
+/* Fails with MPX_ERR_UNSUPPORTED unless `a` is fp32/fp16/bf16, MPX_ERR if n > 0 and
+ * a.p is NULL. `op`/`name` go into the message. */
+int cpu_check_(cpu_be *be, const char *file, int line, const char *op, const char *name,
+               mpx_arg a, size_t n);
+#define CPU_CHECK(be, op, name, a, n) MPX_TRY(cpu_check_((be), __FILE__, __LINE__, (op), (name), (a), (n)))
+/* An optional output: a NULL pointer means "not wanted" whatever its dtype says. */
+#define CPU_CHECK_OPT(be, op, name, a, n) do { if ((a).p) CPU_CHECK(be, op, name, a, n); } while (0)
+#define CPU_FAIL(be, ...) MPX_FAIL((be)->env, __VA_ARGS__)
+
+/* ---- conversion (cpu_convert.c) ---- */
+/* dst[j] = a[off + j] widened to fp32, j < n. */
+void cpu_load(const cpu_be *be, mpx_arg a, size_t off, size_t n, float *dst);
+/* a[off + j] = src[j] rounded to nearest even to a's dtype. */
+void cpu_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t n);
+/* x[j] = round(x[j]) to `t` and back (no-op for fp32). */
+void cpu_round_inplace(const cpu_be *be, float *x, size_t n, mpx_dtype t);
+/* The CPU supports F16C (checked once at create). */
+int cpu_detect_f16c(void);
+
+/* ---- ops, one group per file ---- */
+int cpu_cast(void *be, mpx_arg x, mpx_arg y, size_t n);
+int cpu_add(void *be, mpx_arg a, mpx_arg b, mpx_arg y, size_t n);
+int cpu_axpby(void *be, float alpha, mpx_arg x, float beta, mpx_arg y, size_t n);
+int cpu_scale(void *be, mpx_arg x, float alpha, size_t n);
+int cpu_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n);
+int cpu_gelu_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n);
+int cpu_dropout_fwd(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng);
+int cpu_dropout_bwd(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng);
+int cpu_apply_update(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
+                     mpx_rounding mode, mpx_rng rng);
+
+int cpu_gemm(void *be, const mpx_gemm *g);
+
+int cpu_bias_add(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
+int cpu_bias_grad(void *be, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate);
+int cpu_layernorm_fwd(void *be, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
+                      float *mean, float *rstd, size_t rows, size_t cols, float eps);
+int cpu_layernorm_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg gamma, const float *mean,
+                      const float *rstd, mpx_arg dx, mpx_arg dgamma, mpx_arg dbeta,
+                      size_t rows, size_t cols, int accumulate_dx, int accumulate_params);
+
+int cpu_softmax_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t batch,
+                    size_t heads, size_t rows, size_t cols, float scale);
+int cpu_softmax_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
+                    float scale);
+int cpu_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
+                      size_t cols, double *loss, mpx_arg dlogits, float dscale);
+
+int cpu_embedding_fwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg table, size_t dim,
+                      mpx_arg y);
+int cpu_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
+                      size_t dim);
+int cpu_sum_squares(void *be, mpx_arg x, size_t n, double *out);
+int cpu_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
+
+#endif

@@ -1,0 +1,355 @@
+/* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax, the
+ * cross-entropy over positions. Every row is widened to fp32 once, all statistics
+ * (mean, variance, max, sum, log-sum-exp) are fp32, each output is rounded once.
+ * Column reductions over rows (bias_grad, dgamma, dbeta) sum fixed blocks of
+ * CPU_ROW_BLOCK rows and then the block partials in block order: the same bits for
+ * any thread count. */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* Rows per piece handed to a thread (rows are cols-sized; a few hundred floats each). */
+#define CPU_ROW_GRAIN 8
+
+typedef struct row_job {
+    cpu_be *be;
+    mpx_arg x, y, dy, dx, aux;      /* per-op meaning, see each op */
+    const float *vec0, *vec1;       /* fp32 copies of per-column vectors (bias, gamma, beta) */
+    float *mean, *rstd;
+    const float *cmean, *crstd;
+    float *partials;                /* column-reduction partials, [block][n_vec][cols] */
+    double *row_loss;
+    const int32_t *labels;
+    size_t rows, cols, heads_rows;
+    float scale, eps, dscale;
+    int accumulate;
+    atomic_int failed;              /* a worker's allocation failed */
+} row_job;
+
+/* `count` fp32 row buffers of `cols` each, or NULL (flagging the job). */
+static float *row_buffers(row_job *j, size_t count)
+{
+    float *b = malloc(count * j->cols * sizeof(float));
+    if (!b) atomic_store(&j->failed, 1);
+    return b;
+}
+
+static int finish(row_job *j, const char *op)
+{
+    if (atomic_load(&j->failed))
+        return (void)CPU_FAIL(j->be, "cpu %s: out of memory for row buffers (cols=%zu)", op, j->cols), MPX_ERR_NOMEM;
+    return MPX_OK;
+}
+
+/* An fp32 copy of a length-`cols` vector in workspace `slot`. */
+static float *vector_f32(cpu_be *be, mpx_arg v, size_t cols, int slot)
+{
+    float *w = cpu_ws(be, slot, cols * sizeof(float) + 64);
+    if (w) cpu_load(be, v, 0, cols, w);
+    return w;
+}
+
+/* ---- bias ---- */
+
+static void bias_add_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    float *r = row_buffers(j, 1);
+    if (!r) return;
+    for (size_t i = begin; i < end; i++) {
+        cpu_load(j->be, j->x, i * j->cols, j->cols, r);
+        for (size_t c = 0; c < j->cols; c++) r[c] += j->vec0[c];
+        cpu_store(j->be, r, j->y, i * j->cols, j->cols);
+    }
+    free(r);
+}
+
+int cpu_bias_add(void *vbe, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "bias_add", "x", x, rows * cols);
+    CPU_CHECK(be, "bias_add", "bias", bias, cols);
+    CPU_CHECK(be, "bias_add", "y", y, rows * cols);
+    if (!rows || !cols) return MPX_OK;
+    row_job j = { .be = be, .x = x, .y = y, .rows = rows, .cols = cols };
+    if (!(j.vec0 = vector_f32(be, bias, cols, 0))) return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, bias_add_rows, &j);
+    return finish(&j, "bias_add");
+}
+
+/* Block partial sums of dy over rows: partials[blk][c]. */
+static void bias_grad_blocks(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    float *r = row_buffers(j, 1);
+    if (!r) return;
+    for (size_t blk = begin; blk < end; blk++) {
+        float *p = j->partials + blk * j->cols;
+        memset(p, 0, j->cols * sizeof(float));
+        size_t r1 = (blk + 1) * CPU_ROW_BLOCK < j->rows ? (blk + 1) * CPU_ROW_BLOCK : j->rows;
+        for (size_t i = blk * CPU_ROW_BLOCK; i < r1; i++) {
+            cpu_load(j->be, j->dy, i * j->cols, j->cols, r);
+            for (size_t c = 0; c < j->cols; c++) p[c] += r[c];
+        }
+    }
+    free(r);
+}
+
+/* out[c] = (accumulate ? old[c] : 0) + sum over blocks of partials[blk][k][c], k = which. */
+static int reduce_partials(cpu_be *be, const float *partials, size_t n_blocks, size_t n_vec,
+                           size_t which, size_t cols, mpx_arg out, int accumulate)
+{
+    float *acc = cpu_ws(be, 3, cols * sizeof(float) + 64);
+    if (!acc) return MPX_ERR_NOMEM;
+    if (accumulate) cpu_load(be, out, 0, cols, acc);
+    else memset(acc, 0, cols * sizeof(float));
+    for (size_t blk = 0; blk < n_blocks; blk++) {
+        const float *p = partials + (blk * n_vec + which) * cols;
+        for (size_t c = 0; c < cols; c++) acc[c] += p[c];
+    }
+    cpu_store(be, acc, out, 0, cols);
+    return MPX_OK;
+}
+
+int cpu_bias_grad(void *vbe, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "bias_grad", "dy", dy, rows * cols);
+    CPU_CHECK(be, "bias_grad", "dbias", dbias, cols);
+    if (!cols) return MPX_OK;
+    size_t n_blocks = (rows + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
+    row_job j = { .be = be, .dy = dy, .rows = rows, .cols = cols };
+    if (!(j.partials = cpu_ws(be, 2, (n_blocks ? n_blocks : 1) * cols * sizeof(float)))) return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, n_blocks, 1, bias_grad_blocks, &j);
+    MPX_TRY(finish(&j, "bias_grad"));
+    return reduce_partials(be, j.partials, n_blocks, 1, 0, cols, dbias, accumulate);
+}
+
+/* ---- layernorm ---- */
+
+static void layernorm_fwd_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    float *r = row_buffers(j, 1);
+    if (!r) return;
+    const size_t n = j->cols;
+    for (size_t i = begin; i < end; i++) {
+        cpu_load(j->be, j->x, i * n, n, r);
+        float sum = 0.0f;
+        for (size_t c = 0; c < n; c++) sum += r[c];
+        float mean = sum / (float)n, var = 0.0f;
+        for (size_t c = 0; c < n; c++) { float d = r[c] - mean; var += d * d; }
+        float rstd = 1.0f / sqrtf(var / (float)n + j->eps);
+        for (size_t c = 0; c < n; c++) r[c] = (r[c] - mean) * rstd * j->vec0[c] + j->vec1[c];
+        cpu_store(j->be, r, j->y, i * n, n);
+        if (j->mean) j->mean[i] = mean;
+        if (j->rstd) j->rstd[i] = rstd;
+    }
+    free(r);
+}
+
+int cpu_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
+                      float *mean, float *rstd, size_t rows, size_t cols, float eps)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "layernorm_fwd", "x", x, rows * cols);
+    CPU_CHECK(be, "layernorm_fwd", "gamma", gamma, cols);
+    CPU_CHECK(be, "layernorm_fwd", "beta", beta, cols);
+    CPU_CHECK(be, "layernorm_fwd", "y", y, rows * cols);
+    if (!rows || !cols) return MPX_OK;
+    row_job j = { .be = be, .x = x, .y = y, .mean = mean, .rstd = rstd, .rows = rows,
+                  .cols = cols, .eps = eps };
+    if (!(j.vec0 = vector_f32(be, gamma, cols, 0)) || !(j.vec1 = vector_f32(be, beta, cols, 1)))
+        return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, layernorm_fwd_rows, &j);
+    return finish(&j, "layernorm_fwd");
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; the block's
+ * dgamma (sum dy * xhat) and dbeta (sum dy) partials go to partials[blk][0|1]. */
+static void layernorm_bwd_blocks(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    float *buf = row_buffers(j, 4);
+    if (!buf) return;
+    float *dy = buf, *xh = buf + n, *dxr = buf + 2 * n, *old = buf + 3 * n;
+    for (size_t blk = begin; blk < end; blk++) {
+        float *pg = j->partials + blk * 2 * n, *pb = pg + n;
+        memset(pg, 0, 2 * n * sizeof(float));
+        size_t r1 = (blk + 1) * CPU_ROW_BLOCK < j->rows ? (blk + 1) * CPU_ROW_BLOCK : j->rows;
+        for (size_t i = blk * CPU_ROW_BLOCK; i < r1; i++) {
+            cpu_load(j->be, j->dy, i * n, n, dy);
+            cpu_load(j->be, j->x, i * n, n, xh);
+            float mu = j->cmean[i], rs = j->crstd[i], sum_g = 0.0f, sum_gx = 0.0f;
+            for (size_t c = 0; c < n; c++) {
+                xh[c] = (xh[c] - mu) * rs;
+                float g = dy[c] * j->vec0[c];
+                sum_g += g;
+                sum_gx += g * xh[c];
+                pg[c] += dy[c] * xh[c];
+                pb[c] += dy[c];
+            }
+            float mg = sum_g / (float)n, mgx = sum_gx / (float)n;
+            if (!j->dx.p) continue;
+            if (j->accumulate) cpu_load(j->be, j->dx, i * n, n, old);
+            for (size_t c = 0; c < n; c++) {
+                float v = rs * (dy[c] * j->vec0[c] - mg - xh[c] * mgx);
+                dxr[c] = j->accumulate ? old[c] + v : v;
+            }
+            cpu_store(j->be, dxr, j->dx, i * n, n);
+        }
+    }
+    free(buf);
+}
+
+/* dx.p, dgamma.p or dbeta.p NULL skips that output. */
+int cpu_layernorm_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg gamma, const float *mean,
+                      const float *rstd, mpx_arg dx, mpx_arg dgamma, mpx_arg dbeta,
+                      size_t rows, size_t cols, int accumulate_dx, int accumulate_params)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "layernorm_bwd", "dy", dy, rows * cols);
+    CPU_CHECK(be, "layernorm_bwd", "x", x, rows * cols);
+    CPU_CHECK(be, "layernorm_bwd", "gamma", gamma, cols);
+    CPU_CHECK_OPT(be, "layernorm_bwd", "dx", dx, rows * cols);
+    CPU_CHECK_OPT(be, "layernorm_bwd", "dgamma", dgamma, cols);
+    CPU_CHECK_OPT(be, "layernorm_bwd", "dbeta", dbeta, cols);
+    if (rows && (!mean || !rstd)) return CPU_FAIL(be, "cpu layernorm_bwd: saved mean/rstd are NULL");
+    if (!cols) return MPX_OK;
+    size_t n_blocks = (rows + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
+    row_job j = { .be = be, .dy = dy, .x = x, .dx = dx, .cmean = mean, .crstd = rstd,
+                  .rows = rows, .cols = cols, .accumulate = accumulate_dx };
+    if (!(j.vec0 = vector_f32(be, gamma, cols, 0))) return MPX_ERR_NOMEM;
+    if (!(j.partials = cpu_ws(be, 2, (n_blocks ? n_blocks : 1) * 2 * cols * sizeof(float))))
+        return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, n_blocks, 1, layernorm_bwd_blocks, &j);
+    MPX_TRY(finish(&j, "layernorm_bwd"));
+    if (dgamma.p) MPX_TRY(reduce_partials(be, j.partials, n_blocks, 2, 0, cols, dgamma, accumulate_params));
+    if (dbeta.p) MPX_TRY(reduce_partials(be, j.partials, n_blocks, 2, 1, cols, dbeta, accumulate_params));
+    return MPX_OK;
+}
+
+/* ---- softmax with additive mask ---- */
+
+static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    float *buf = row_buffers(j, 2);
+    if (!buf) return;
+    float *r = buf, *mask = buf + n;
+    size_t mask_row = (size_t)-1;
+    for (size_t i = begin; i < end; i++) {
+        cpu_load(j->be, j->x, i * n, n, r);
+        size_t b = i / j->heads_rows;
+        if (j->aux.p && b != mask_row) { cpu_load(j->be, j->aux, b * n, n, mask); mask_row = b; }
+        float mx = -INFINITY;
+        for (size_t c = 0; c < n; c++) {
+            r[c] = j->scale * r[c] + (j->aux.p ? mask[c] : 0.0f);
+            mx = r[c] > mx ? r[c] : mx;
+        }
+        float sum = 0.0f;
+        for (size_t c = 0; c < n; c++) { r[c] = expf(r[c] - mx); sum += r[c]; }
+        float inv = 1.0f / sum;
+        for (size_t c = 0; c < n; c++) r[c] *= inv;
+        cpu_store(j->be, r, j->y, i * n, n);
+    }
+    free(buf);
+}
+
+int cpu_softmax_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t batch,
+                    size_t heads, size_t rows, size_t cols, float scale)
+{
+    cpu_be *be = vbe;
+    size_t total = batch * heads * rows;
+    CPU_CHECK(be, "softmax_fwd", "x", x, total * cols);
+    CPU_CHECK(be, "softmax_fwd", "y", y, total * cols);
+    CPU_CHECK_OPT(be, "softmax_fwd", "mask", mask, batch * cols);
+    if (!total || !cols) return MPX_OK;
+    row_job j = { .be = be, .x = x, .y = y, .aux = mask, .rows = total, .cols = cols,
+                  .heads_rows = heads * rows, .scale = scale };
+    cpu_pool_run(be->pool, total, CPU_ROW_GRAIN, softmax_fwd_rows, &j);
+    return finish(&j, "softmax_fwd");
+}
+
+static void softmax_bwd_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    float *buf = row_buffers(j, 2);
+    if (!buf) return;
+    float *dy = buf, *y = buf + n;
+    for (size_t i = begin; i < end; i++) {
+        cpu_load(j->be, j->dy, i * n, n, dy);
+        cpu_load(j->be, j->y, i * n, n, y);
+        float dot = 0.0f;
+        for (size_t c = 0; c < n; c++) dot += dy[c] * y[c];
+        for (size_t c = 0; c < n; c++) dy[c] = j->scale * y[c] * (dy[c] - dot);
+        cpu_store(j->be, dy, j->dx, i * n, n);
+    }
+    free(buf);
+}
+
+int cpu_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
+                    float scale)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "softmax_bwd", "dy", dy, n_rows * cols);
+    CPU_CHECK(be, "softmax_bwd", "y", y, n_rows * cols);
+    CPU_CHECK(be, "softmax_bwd", "dx", dx, n_rows * cols);
+    if (!n_rows || !cols) return MPX_OK;
+    row_job j = { .be = be, .dy = dy, .y = y, .dx = dx, .rows = n_rows, .cols = cols, .scale = scale };
+    cpu_pool_run(be->pool, n_rows, CPU_ROW_GRAIN, softmax_bwd_rows, &j);
+    return finish(&j, "softmax_bwd");
+}
+
+/* ---- cross-entropy over positions ---- */
+
+static void cross_entropy_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    float *r = row_buffers(j, 1);
+    if (!r) return;
+    const float factor = j->dscale / (float)j->rows;
+    for (size_t i = begin; i < end; i++) {
+        cpu_load(j->be, j->x, i * n, n, r);
+        float mx = -INFINITY, sum = 0.0f;
+        for (size_t c = 0; c < n; c++) mx = r[c] > mx ? r[c] : mx;
+        for (size_t c = 0; c < n; c++) sum += expf(r[c] - mx);
+        float lse = mx + logf(sum);
+        size_t label = (size_t)j->labels[i];
+        j->row_loss[i] = (double)(lse - r[label]);
+        if (!j->dx.p) continue;
+        for (size_t c = 0; c < n; c++) r[c] = (expf(r[c] - lse) - (c == label ? 1.0f : 0.0f)) * factor;
+        cpu_store(j->be, r, j->dx, i * n, n);
+    }
+    free(r);
+}
+
+int cpu_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labels, size_t rows,
+                      size_t cols, double *loss, mpx_arg dlogits, float dscale)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "cross_entropy", "logits", logits, rows * cols);
+    CPU_CHECK_OPT(be, "cross_entropy", "dlogits", dlogits, rows * cols);
+    if (!loss) return CPU_FAIL(be, "cpu cross_entropy: loss pointer is NULL");
+    if (rows && (!labels || !cols)) return CPU_FAIL(be, "cpu cross_entropy: no labels or no columns");
+    for (size_t i = 0; i < rows; i++)
+        if (labels[i] < 0 || (size_t)labels[i] >= cols)
+            return CPU_FAIL(be, "cpu cross_entropy: label %d of row %zu is outside [0, %zu)",
+                            (int)labels[i], i, cols);
+    if (!rows) { *loss = NAN; return MPX_OK; }
+    row_job j = { .be = be, .x = logits, .dx = dlogits, .labels = labels, .rows = rows,
+                  .cols = cols, .dscale = dscale };
+    if (!(j.row_loss = cpu_ws(be, 2, rows * sizeof(double)))) return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, cross_entropy_rows, &j);
+    MPX_TRY(finish(&j, "cross_entropy"));
+    double total = 0.0;     /* in row order: independent of threads */
+    for (size_t i = 0; i < rows; i++) total += j.row_loss[i];
+    *loss = total / (double)rows;
+    return MPX_OK;
+}

@@ -1,0 +1,22 @@
+# The cpu compute backend (OpenBLAS) -> build/plugins/backend-cpu.so, its tests and bench.
+CPU_BACKEND_SRCS := $(addprefix plugins/backend/cpu/,cpu_backend.c cpu_pool.c cpu_convert.c \
+                    cpu_elementwise.c cpu_gemm.c cpu_rows.c cpu_misc.c)
+$(eval $(call add_plugin,backend,cpu,$(CPU_BACKEND_SRCS),$(BLAS_LIBS) -lpthread))
+# -O3: the conversion loops are written to be vectorised.
+$(BUILD)/obj/plugins/backend/cpu/%.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -O3
+
+# Tests: numerics alone; ops through the built plugin, loaded by the shared test host.
+$(eval $(call add_test,test_numerics,tests/test_numerics.c))
+$(BUILD)/obj/tests/test_numerics.o: EXTRA_CFLAGS += -mf16c -mavx
+$(eval $(call add_test,test_cpu_ops,tests/test_cpu_ops.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
+$(eval $(call add_test,test_cpu_ops_rows,tests/test_cpu_ops_rows.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
+$(eval $(call add_test,test_cpu_ops_grad,tests/test_cpu_ops_grad.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
+$(BUILD)/obj/tests/test_cpu_ops%.o: EXTRA_CFLAGS += -Itests/support
+$(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_rows $(BUILD)/tests/test_cpu_ops_grad: $(BUILD)/plugins/backend-cpu.so
+
+# Bench: OpenBLAS is linked directly for the side-by-side cblas_sgemm column.
+BENCHES += $(BUILD)/bench/bench_gemm
+$(BUILD)/obj/tests/bench_gemm.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -Itests/support
+$(BUILD)/bench/bench_gemm: $(BUILD)/obj/tests/bench_gemm.o $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SUPPORT)) $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cpu.so
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(BLAS_LIBS) $(PKG_LIBS) -ldl -lm -lpthread

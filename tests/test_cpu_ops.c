@@ -1,0 +1,346 @@
+/* cpu backend, forward: memory, elementwise ops, dropout, GEMM — every dtype combination
+ * against naive double references rounded once to the output dtype; unsupported dtypes;
+ * results independent of the thread count. Row ops: test_cpu_ops_rows.c; backward
+ * against finite differences: test_cpu_ops_grad.c. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_cpu_ops_ref.h"
+
+#define N_EW 3000
+
+static double *dbl(size_t n) { double *p = calloc(n ? n : 1, sizeof *p); cr_assert_not_null(p); return p; }
+
+Test(memory, alloc_is_zeroed_aligned_and_copies)
+{
+    tb t = tb_open(2);
+    for (size_t bytes = 1; bytes < 5000; bytes = bytes * 3 + 1) {
+        unsigned char *p = t.ops->alloc(t.be, bytes);
+        cr_assert_not_null(p);
+        cr_assert_eq((uintptr_t)p % 64, 0);
+        for (size_t i = 0; i < bytes; i++) cr_assert_eq(p[i], 0, "byte %zu of %zu not zero", i, bytes);
+        memset(p, 0xab, bytes);
+        unsigned char *q = t.ops->alloc(t.be, bytes);
+        cr_assert_eq(t.ops->copy(t.be, q, p, bytes), 0);
+        cr_assert_eq(memcmp(p, q, bytes), 0);
+        cr_assert_eq(t.ops->fill_zero(t.be, q, bytes), 0);
+        for (size_t i = 0; i < bytes; i++) cr_assert_eq(q[i], 0);
+        cr_assert_eq(t.ops->to_host(t.be, q, p, bytes), 0);
+        cr_assert_eq(t.ops->to_device(t.be, p, q, bytes), 0);
+        cr_assert_eq(memcmp(p, q, bytes), 0);
+        t.ops->free(t.be, p);
+        t.ops->free(t.be, q);
+    }
+    cr_assert_not_null(t.vt->describe(t.be));
+    tb_close(&t);
+}
+
+Test(elementwise, cast_every_pair_is_exact_rne)
+{
+    tb t = tb_open(2);
+    double *xv = dbl(N_EW);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            mpx_arg x = tb_alloc(&t, FLOAT_TYPES[a], N_EW), y = tb_alloc(&t, FLOAT_TYPES[b], N_EW);
+            fill_random(x, N_EW, xv, 1 + a, -300.0, 300.0);
+            xv[0] = 1e6; xv[1] = -7e4; xv[2] = 3e-6; xv[3] = -0.0;   /* overflow / subnormal */
+            store_vals(x, 4, xv);
+            cr_assert_eq(t.ops->cast(t.be, x, y, N_EW), 0, "%s", tb_error(&t));
+            for (size_t i = 0; i < N_EW; i++) {
+                double want = ref_round(y.t, xv[i]), got = get(y, i);
+                cr_assert(got == want && !!signbit(got) == !!signbit(want), "cast %s->%s [%zu]: %.9g -> %.9g, want %.9g",
+                          mpx_dtype_name(x.t), mpx_dtype_name(y.t), i, xv[i], got, want);
+            }
+        }
+    tb_close(&t);
+}
+
+Test(elementwise, add_axpby_scale_every_combination)
+{
+    tb t = tb_open(2);
+    double *av = dbl(N_EW), *bv = dbl(N_EW), *ref = dbl(N_EW);
+    for (int ia = 0; ia < 3; ia++)
+        for (int ib = 0; ib < 3; ib++)
+            for (int iy = 0; iy < 3; iy++) {
+                mpx_arg a = tb_alloc(&t, FLOAT_TYPES[ia], N_EW), b = tb_alloc(&t, FLOAT_TYPES[ib], N_EW);
+                mpx_arg y = tb_alloc(&t, FLOAT_TYPES[iy], N_EW);
+                fill_random(a, N_EW, av, 10 + ia, -4, 4);
+                fill_random(b, N_EW, bv, 20 + ib, -4, 4);
+                cr_assert_eq(t.ops->add(t.be, a, b, y, N_EW), 0, "%s", tb_error(&t));
+                for (size_t i = 0; i < N_EW; i++) ref[i] = av[i] + bv[i];
+                check_out("add", y, ref, N_EW, 4, NULL, 0.97);
+                /* in place: y aliases a */
+                if (ia == iy) {
+                    cr_assert_eq(t.ops->add(t.be, a, b, a, N_EW), 0);
+                    check_out("add in place", a, ref, N_EW, 4, NULL, 0.97);
+                }
+            }
+    for (int ix = 0; ix < 3; ix++)
+        for (int iy = 0; iy < 3; iy++) {
+            mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], N_EW), y = tb_alloc(&t, FLOAT_TYPES[iy], N_EW);
+            fill_random(x, N_EW, av, 30 + ix, -4, 4);
+            fill_random(y, N_EW, bv, 40 + iy, -4, 4);
+            cr_assert_eq(t.ops->axpby(t.be, 0.75f, x, -1.5f, y, N_EW), 0);
+            for (size_t i = 0; i < N_EW; i++) ref[i] = 0.75 * av[i] - 1.5 * bv[i];
+            check_out("axpby", y, ref, N_EW, 8, NULL, 0.97);
+            /* beta = 0 ignores y, even NaN */
+            for (size_t i = 0; i < N_EW; i++) bv[i] = NAN;
+            store_vals(y, N_EW, bv);
+            cr_assert_eq(t.ops->axpby(t.be, 2.0f, x, 0.0f, y, N_EW), 0);
+            for (size_t i = 0; i < N_EW; i++) ref[i] = 2.0 * av[i];
+            check_out("axpby beta=0", y, ref, N_EW, 8, NULL, 0.99);
+        }
+    for (int ix = 0; ix < 3; ix++) {
+        mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], N_EW);
+        fill_random(x, N_EW, av, 50 + ix, -4, 4);
+        cr_assert_eq(t.ops->scale(t.be, x, 0.3f, N_EW), 0);
+        for (size_t i = 0; i < N_EW; i++) ref[i] = (double)0.3f * av[i];
+        check_out("scale", x, ref, N_EW, 2, NULL, 0.97);
+    }
+    tb_close(&t);
+}
+
+Test(elementwise, gelu_forward_and_backward_every_combination)
+{
+    tb t = tb_open(2);
+    double *xv = dbl(N_EW), *dyv = dbl(N_EW), *ref = dbl(N_EW);
+    for (int ix = 0; ix < 3; ix++)
+        for (int iy = 0; iy < 3; iy++) {
+            mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], N_EW), y = tb_alloc(&t, FLOAT_TYPES[iy], N_EW);
+            fill_random(x, N_EW, xv, 60 + ix, -6, 6);
+            cr_assert_eq(t.ops->gelu_fwd(t.be, x, y, N_EW), 0);
+            for (size_t i = 0; i < N_EW; i++) ref[i] = ref_gelu(xv[i]);
+            check_out("gelu_fwd", y, ref, N_EW, 1, NULL, 0.95);
+            for (int id = 0; id < 3; id++) {
+                mpx_arg dy = tb_alloc(&t, FLOAT_TYPES[id], N_EW);
+                fill_random(dy, N_EW, dyv, 70 + id, -2, 2);
+                cr_assert_eq(t.ops->gelu_bwd(t.be, dy, x, y, N_EW), 0);
+                for (size_t i = 0; i < N_EW; i++) ref[i] = dyv[i] * ref_gelu_grad(xv[i]);
+                check_out("gelu_bwd", y, ref, N_EW, 2, NULL, 0.95);
+            }
+        }
+    tb_close(&t);
+}
+
+Test(dropout, mask_from_philox_every_combination)
+{
+    tb t = tb_open(2);
+    const size_t n = 40001;   /* crosses the threading grain and a partial block of 4 */
+    double *xv = dbl(n), *ref = dbl(n);
+    const float p = 0.1f;
+    mpx_rng rng = { 0x1234567890abcdefull, 7, 42 };
+    for (int ix = 0; ix < 3; ix++)
+        for (int iy = 0; iy < 3; iy++) {
+            mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], n), y = tb_alloc(&t, FLOAT_TYPES[iy], n);
+            fill_random(x, n, xv, 80 + ix, 0.5, 3);    /* nonzero: a zero output means dropped */
+            cr_assert_eq(t.ops->dropout_fwd(t.be, x, y, n, p, rng), 0, "%s", tb_error(&t));
+            size_t kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                int keep = ref_dropout_keep(rng, i, p);
+                kept += keep;
+                ref[i] = keep ? xv[i] * (double)(1.0f / (1.0f - p)) : 0.0;
+            }
+            check_out("dropout_fwd", y, ref, n, 3, NULL, 0.97);
+            /* kept fraction within 5 sigma of 1 - p */
+            double sd = sqrt(n * p * (1 - p));
+            cr_assert(fabs((double)kept - n * (1 - p)) < 5 * sd, "kept %zu of %zu", kept, n);
+            /* backward: same mask applied to the gradient */
+            cr_assert_eq(t.ops->dropout_bwd(t.be, x, y, n, p, rng), 0);
+            check_out("dropout_bwd", y, ref, n, 3, NULL, 0.97);
+        }
+    /* another tick draws another mask; p = 0 keeps all, p = 1 drops all */
+    mpx_arg x = tb_alloc(&t, MPX_F32, n), y = tb_alloc(&t, MPX_F32, n), y2 = tb_alloc(&t, MPX_F32, n);
+    fill_random(x, n, xv, 90, 0.5, 3);
+    mpx_rng r2 = rng;
+    r2.tick++;
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, y, n, p, rng), 0);
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, y2, n, p, r2), 0);
+    cr_assert_neq(memcmp(y.p, y2.p, n * 4), 0);
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, y, n, 0.0f, rng), 0);
+    cr_assert_eq(memcmp(x.p, y.p, n * 4), 0);
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, y, n, 1.0f, rng), 0);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(((float *)y.p)[i], 0.0f);
+    cr_assert_neq(t.ops->dropout_fwd(t.be, x, y, n, 1.5f, rng), 0);
+    tb_close(&t);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm_case { int ta, tb, m, n, k, batch, pad; float alpha, beta; } gemm_case;
+
+static void run_gemm_case(tb *t, const gemm_case *c, mpx_dtype da, mpx_dtype db, mpx_dtype dc,
+                          mpx_dtype compute, uint64_t seed)
+{
+    int ar = c->ta ? c->k : c->m, ac = c->ta ? c->m : c->k;
+    int br = c->tb ? c->n : c->k, bc = c->tb ? c->k : c->n;
+    int lda = ac + c->pad, ldb = bc + c->pad, ldc = c->n + c->pad;
+    long long sa = (long long)ar * lda + 5, sb = (long long)br * ldb + 3, sc = (long long)c->m * ldc + 7;
+    size_t na = (size_t)(sa * c->batch), nb = (size_t)(sb * c->batch), nc = (size_t)(sc * c->batch);
+    mpx_arg A = tb_alloc(t, da, na), B = tb_alloc(t, db, nb), C = tb_alloc(t, dc, nc);
+    double *av = dbl(na), *bv = dbl(nb), *cv = dbl(nc), *ref = dbl(nc), *slack = dbl(nc);
+    fill_random(A, na, av, seed, -1, 1);
+    fill_random(B, nb, bv, seed + 1, -1, 1);
+    fill_random(C, nc, cv, seed + 2, -1, 1);
+    memcpy(ref, cv, nc * sizeof *ref);
+    /* the contract: inputs rounded to `compute` */
+    double *ar_ = dbl(na), *br_ = dbl(nb), *abs_a = dbl(na), *abs_b = dbl(nb), *mag = dbl(nc);
+    for (size_t i = 0; i < na; i++) { ar_[i] = ref_round(compute, av[i]); abs_a[i] = fabs(ar_[i]); }
+    for (size_t i = 0; i < nb; i++) { br_[i] = ref_round(compute, bv[i]); abs_b[i] = fabs(br_[i]); }
+    for (int b = 0; b < c->batch; b++) {
+        ref_gemm(c->ta, c->tb, c->m, c->n, c->k, c->alpha, ar_ + b * sa, lda, br_ + b * sb, ldb,
+                 c->beta, ref + b * sc, ldc);
+        ref_gemm(c->ta, c->tb, c->m, c->n, c->k, fabs(c->alpha), abs_a + b * sa, lda, abs_b + b * sb,
+                 ldb, 0.0, mag + b * sc, ldc);
+    }
+    for (size_t i = 0; i < nc; i++) slack[i] = 0x1p-22 * (c->k + 2) * (mag[i] + fabs(c->beta * cv[i]));
+    mpx_gemm g = { .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k,
+                   .alpha = c->alpha, .beta = c->beta, .a = A, .lda = lda, .stride_a = sa,
+                   .b = B, .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc,
+                   .batch = c->batch, .compute = compute };
+    cr_assert_eq(t->ops->gemm(t->be, &g), 0, "gemm: %s", tb_error(t));
+    /* elements outside the m × n windows must be untouched */
+    for (int b = 0; b < c->batch; b++)
+        for (long long i = 0; i < sc; i++) {
+            size_t e = (size_t)(b * sc + i);
+            int inside = i < (long long)c->m * ldc && i % ldc < c->n;
+            if (!inside) ref[e] = cv[e], slack[e] = 0;
+        }
+    char what[160];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d %dx%dx%d batch %d A %s B %s compute %s beta %g",
+             c->ta, c->tb, c->m, c->n, c->k, c->batch, mpx_dtype_name(da), mpx_dtype_name(db),
+             mpx_dtype_name(compute), (double)c->beta);
+    check_out(what, C, ref, nc, 0, slack, 0.9);
+    free(av); free(bv); free(cv); free(ref); free(slack); free(ar_); free(br_); free(abs_a);
+    free(abs_b); free(mag);
+    t->ops->free(t->be, A.p); t->ops->free(t->be, B.p); t->ops->free(t->be, C.p);
+}
+
+Test(gemm, every_dtype_compute_and_transpose, .timeout = 60)
+{
+    tb t = tb_open(2);
+    uint64_t seed = 1000;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tbb = 0; tbb < 2; tbb++)
+            for (int ia = 0; ia < 3; ia++)
+                for (int ib = 0; ib < 3; ib++)
+                    for (int ic = 0; ic < 3; ic++)
+                        for (int cp = 0; cp < 3; cp++) {
+                            gemm_case c = { ta, tbb, 7, 6, 35, 2, 3, 1.25f, (ia + ib) % 2 ? 0.5f : 0.0f };
+                            run_gemm_case(&t, &c, FLOAT_TYPES[ia], FLOAT_TYPES[ib], FLOAT_TYPES[ic],
+                                          FLOAT_TYPES[cp], seed++);
+                        }
+    tb_close(&t);
+}
+
+Test(gemm, larger_shapes_threaded_paths)
+{
+    tb t = tb_open(3);
+    gemm_case big[] = {
+        { 0, 1, 150, 97, 130, 1, 0, 1.0f, 0.0f },    /* x · W^T (forward of a linear) */
+        { 0, 0, 150, 130, 97, 1, 0, 1.0f, 1.0f },    /* dy · W, accumulating */
+        { 1, 0, 97, 130, 150, 1, 0, 1.0f, 1.0f },    /* dy^T · x (weight grad) */
+        { 0, 1, 64, 64, 16, 6, 0, 0.25f, 0.0f },     /* attention scores, batched */
+    };
+    mpx_dtype combos[][4] = {
+        { MPX_F32, MPX_F32, MPX_F32, MPX_F32 }, { MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16 },
+        { MPX_F16, MPX_F16, MPX_F16, MPX_F16 }, { MPX_F32, MPX_F32, MPX_F16, MPX_F16 },
+        { MPX_BF16, MPX_F32, MPX_F32, MPX_BF16 },
+    };
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        for (size_t k = 0; k < sizeof combos / sizeof combos[0]; k++)
+            run_gemm_case(&t, &big[i], combos[k][0], combos[k][1], combos[k][2], combos[k][3], 77 + i * 10 + k);
+    tb_close(&t);
+}
+
+Test(gemm, rejects_bad_arguments)
+{
+    tb t = tb_open(1);
+    mpx_arg A = tb_alloc(&t, MPX_F32, 64), B = tb_alloc(&t, MPX_F32, 64), C = tb_alloc(&t, MPX_F32, 64);
+    mpx_gemm g = { .m = 4, .n = 4, .k = 4, .alpha = 1, .a = A, .lda = 4, .b = B, .ldb = 4, .c = C,
+                   .ldc = 4, .batch = 1, .compute = MPX_F32 };
+    cr_assert_eq(t.ops->gemm(t.be, &g), 0);
+    g.lda = 3;
+    cr_assert_eq(t.ops->gemm(t.be, &g), MPX_ERR);
+    cr_assert(strstr(tb_error(&t), "lda=3"), "%s", tb_error(&t));
+    g.lda = 4;
+    g.compute = MPX_I32;
+    cr_assert_eq(t.ops->gemm(t.be, &g), MPX_ERR_UNSUPPORTED);
+    g.compute = MPX_F32;
+    g.a.t = MPX_I32;
+    cr_assert_eq(t.ops->gemm(t.be, &g), MPX_ERR_UNSUPPORTED);
+    cr_assert(strstr(tb_error(&t), "int32"), "%s", tb_error(&t));
+    tb_close(&t);
+}
+
+Test(errors, unsupported_dtypes_are_refused_with_a_message)
+{
+    tb t = tb_open(1);
+    mpx_arg f = tb_alloc(&t, MPX_F32, 16), bad = mpx_a(f.p, MPX_I32), none = mpx_a(f.p, MPX_DTYPE_NONE);
+    cr_assert_eq(t.ops->cast(t.be, bad, f, 16), MPX_ERR_UNSUPPORTED);
+    cr_assert(strstr(tb_error(&t), "cast") && strstr(tb_error(&t), "int32"), "%s", tb_error(&t));
+    cr_assert_eq(t.ops->add(t.be, f, f, none, 16), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->gelu_fwd(t.be, bad, f, 16), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->layernorm_fwd(t.be, f, bad, f, f, NULL, NULL, 2, 8, 1e-5f), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->softmax_fwd(t.be, f, mpx_a(NULL, MPX_F32), bad, 1, 1, 2, 8, 1.0f), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->sum_squares(t.be, none, 16, &(double){ 0 }), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->apply_update(t.be, bad, f, f.p, 16, MPX_ROUND_NEAREST, (mpx_rng){ 0 }), MPX_ERR_UNSUPPORTED);
+    cr_assert_eq(t.ops->apply_update(t.be, f, f, f.p, 16, (mpx_rounding)9, (mpx_rng){ 0 }), MPX_ERR_UNSUPPORTED);
+    int32_t labels[2] = { 0, 8 };
+    double loss;
+    cr_assert_neq(t.ops->cross_entropy(t.be, f, labels, 2, 8, &loss, mpx_a(NULL, MPX_F32), 1.0f), 0);
+    cr_assert(strstr(tb_error(&t), "label 8"), "%s", tb_error(&t));
+    tb_close(&t);
+}
+
+/* ---- thread count: same bits for 1 and 3 threads ---- */
+
+static void run_all_ops(tb *t, void *out[8], size_t n, size_t rows, size_t cols)
+{
+    mpx_arg x = tb_alloc(t, MPX_BF16, n), w = tb_alloc(t, MPX_F32, n), g = tb_alloc(t, MPX_F32, cols);
+    mpx_arg y = tb_alloc(t, MPX_BF16, n), dx = tb_alloc(t, MPX_F32, n), db = tb_alloc(t, MPX_F32, cols);
+    mpx_arg dg = tb_alloc(t, MPX_F32, cols), c = tb_alloc(t, MPX_BF16, rows * rows);
+    fill_random(x, n, NULL, 1, -2, 2);
+    fill_random(w, n, NULL, 2, -2, 2);
+    fill_random(g, cols, NULL, 3, 0.5, 1.5);
+    float *mean = calloc(rows, 4), *rstd = calloc(rows, 4);
+    cr_assert_eq(t->ops->layernorm_fwd(t->be, x, g, g, y, mean, rstd, rows, cols, 1e-5f), 0);
+    cr_assert_eq(t->ops->layernorm_bwd(t->be, w, x, g, mean, rstd, dx, dg, db, rows, cols, 0, 0), 0);
+    cr_assert_eq(t->ops->gelu_fwd(t->be, dx, w, n), 0);
+    cr_assert_eq(t->ops->bias_grad(t->be, w, db, rows, cols, 1), 0);
+    mpx_gemm gm = { .trans_b = 1, .m = (int)rows, .n = (int)rows, .k = (int)cols, .alpha = 1,
+                    .a = y, .lda = (int)cols, .b = w, .ldb = (int)cols, .c = c, .ldc = (int)rows,
+                    .batch = 1, .compute = MPX_BF16 };
+    cr_assert_eq(t->ops->gemm(t->be, &gm), 0);
+    /* batched (attention-like): 12 items, spread over threads when there are several */
+    mpx_arg cb = tb_alloc(t, MPX_F32, 12 * 64 * 64);
+    mpx_gemm gb = { .trans_b = 1, .m = 64, .n = 64, .k = 32, .alpha = 0.5f, .a = x, .lda = 32,
+                    .stride_a = 64 * 32, .b = w, .ldb = 32, .stride_b = 64 * 32, .c = cb, .ldc = 64,
+                    .stride_c = 64 * 64, .batch = 12, .compute = MPX_BF16 };
+    cr_assert_eq(t->ops->gemm(t->be, &gb), 0);
+    double ss;
+    cr_assert_eq(t->ops->sum_squares(t->be, w, n, &ss), 0);
+    out[7] = cb.p;
+    out[0] = y.p; out[1] = dx.p; out[2] = dg.p; out[3] = db.p; out[4] = w.p; out[5] = c.p;
+    *(double *)out[6] = ss;
+    free(mean); free(rstd);
+}
+
+Test(threads, results_do_not_depend_on_thread_count)
+{
+    const size_t rows = 300, cols = 384, n = rows * cols;
+    double s1, s3;
+    void *o1[8] = { [6] = &s1 }, *o3[8] = { [6] = &s3 };
+    tb t1 = tb_open(1), t3 = tb_open(3);
+    run_all_ops(&t1, o1, n, rows, cols);
+    run_all_ops(&t3, o3, n, rows, cols);
+    size_t bytes[6] = { n * 2, n * 4, cols * 4, cols * 4, n * 4, rows * rows * 2 };
+    const char *names[6] = { "layernorm y", "layernorm dx", "dgamma", "dbeta+bias_grad", "gelu", "gemm" };
+    for (int i = 0; i < 6; i++) cr_assert_eq(memcmp(o1[i], o3[i], bytes[i]), 0, "%s differs", names[i]);
+    cr_assert_eq(memcmp(o1[7], o3[7], 12 * 64 * 64 * 4), 0, "batched gemm differs");
+    cr_assert_eq(s1, s3, "sum_squares %.17g vs %.17g", s1, s3);
+    tb_close(&t1);
+    tb_close(&t3);
+}

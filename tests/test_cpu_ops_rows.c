@@ -1,0 +1,360 @@
+/* cpu backend, forward: bias, layernorm, softmax, cross-entropy, embeddings, reductions,
+ * apply_update — every dtype combination against naive double references rounded once
+ * to the output dtype (backward formulas here are the analytic ones in double; the
+ * finite-difference checks are in test_cpu_ops_grad.c). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_cpu_ops_ref.h"
+
+static double *dbl(size_t n) { double *p = calloc(n ? n : 1, sizeof *p); cr_assert_not_null(p); return p; }
+
+#define R 37
+#define C 45
+
+Test(bias, add_and_grad_every_combination)
+{
+    tb t = tb_open(2);
+    double *xv = dbl(R * C), *bv = dbl(C), *ref = dbl(R * C), *old = dbl(C);
+    for (int ix = 0; ix < 3; ix++)
+        for (int ib = 0; ib < 3; ib++)
+            for (int iy = 0; iy < 3; iy++) {
+                mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], R * C), b = tb_alloc(&t, FLOAT_TYPES[ib], C);
+                mpx_arg y = tb_alloc(&t, FLOAT_TYPES[iy], R * C);
+                fill_random(x, R * C, xv, 1 + ix, -3, 3);
+                fill_random(b, C, bv, 5 + ib, -3, 3);
+                cr_assert_eq(t.ops->bias_add(t.be, x, b, y, R, C), 0, "%s", tb_error(&t));
+                for (size_t i = 0; i < R * C; i++) ref[i] = xv[i] + bv[i % C];
+                check_out("bias_add", y, ref, R * C, 6, NULL, 0.97);
+            }
+    for (int id = 0; id < 3; id++)
+        for (int ib = 0; ib < 3; ib++)
+            for (int acc = 0; acc < 2; acc++) {
+                mpx_arg dy = tb_alloc(&t, FLOAT_TYPES[id], R * C), db = tb_alloc(&t, FLOAT_TYPES[ib], C);
+                fill_random(dy, R * C, xv, 9 + id, -1, 1);
+                fill_random(db, C, old, 11 + ib, -1, 1);
+                cr_assert_eq(t.ops->bias_grad(t.be, dy, db, R, C, acc), 0);
+                for (size_t c = 0; c < C; c++) {
+                    ref[c] = acc ? old[c] : 0;
+                    for (size_t r = 0; r < R; r++) ref[c] += xv[r * C + c];
+                }
+                check_out("bias_grad", db, ref, C, R, NULL, 0.9);
+            }
+    tb_close(&t);
+}
+
+Test(layernorm, forward_every_combination)
+{
+    tb t = tb_open(2);
+    double *xv = dbl(R * C), *gv = dbl(C), *bv = dbl(C), *ref = dbl(R * C);
+    float mean[R], rstd[R];
+    for (int ix = 0; ix < 3; ix++)
+        for (int ig = 0; ig < 3; ig++)
+            for (int ib = 0; ib < 3; ib++)
+                for (int iy = 0; iy < 3; iy++) {
+                    mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], R * C), g = tb_alloc(&t, FLOAT_TYPES[ig], C);
+                    mpx_arg b = tb_alloc(&t, FLOAT_TYPES[ib], C), y = tb_alloc(&t, FLOAT_TYPES[iy], R * C);
+                    fill_random(x, R * C, xv, 20 + ix, -2, 5);
+                    fill_random(g, C, gv, 24 + ig, 0.5, 1.5);
+                    fill_random(b, C, bv, 28 + ib, -0.5, 0.5);
+                    cr_assert_eq(t.ops->layernorm_fwd(t.be, x, g, b, y, mean, rstd, R, C, 1e-5f), 0,
+                                 "%s", tb_error(&t));
+                    ref_layernorm(xv, gv, bv, ref, R, C, 1e-5);
+                    check_out("layernorm_fwd", y, ref, R * C, 3, NULL, 0.9);
+                    for (size_t r = 0; r < R; r++) {
+                        double m = 0, v = 0;
+                        for (size_t c = 0; c < C; c++) m += xv[r * C + c];
+                        m /= C;
+                        for (size_t c = 0; c < C; c++) v += (xv[r * C + c] - m) * (xv[r * C + c] - m);
+                        double rs = 1 / sqrt(v / C + 1e-5);
+                        cr_assert(fabs(mean[r] - m) <= 1e-5 * (1 + fabs(m)), "mean %g vs %g", (double)mean[r], m);
+                        cr_assert(fabs(rstd[r] - rs) <= 1e-5 * rs, "rstd %g vs %g", (double)rstd[r], rs);
+                    }
+                }
+    tb_close(&t);
+}
+
+/* analytic backward in double */
+static void ref_layernorm_bwd(const double *dy, const double *x, const double *g, double *dx,
+                              double *dg, double *dbeta, size_t rows, size_t cols, double eps)
+{
+    for (size_t c = 0; c < cols; c++) dg[c] = dbeta[c] = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const double *xr = x + r * cols, *dr = dy + r * cols;
+        double m = 0, v = 0, sg = 0, sgx = 0;
+        for (size_t c = 0; c < cols; c++) m += xr[c];
+        m /= cols;
+        for (size_t c = 0; c < cols; c++) v += (xr[c] - m) * (xr[c] - m);
+        double rs = 1 / sqrt(v / cols + eps);
+        for (size_t c = 0; c < cols; c++) {
+            double xh = (xr[c] - m) * rs;
+            sg += dr[c] * g[c];
+            sgx += dr[c] * g[c] * xh;
+            dg[c] += dr[c] * xh;
+            dbeta[c] += dr[c];
+        }
+        for (size_t c = 0; c < cols; c++) {
+            double xh = (xr[c] - m) * rs;
+            dx[r * cols + c] = rs * (dr[c] * g[c] - sg / cols - xh * sgx / cols);
+        }
+    }
+}
+
+Test(layernorm, backward_every_combination, .timeout = 60)
+{
+    tb t = tb_open(2);
+    const size_t rows = 9, cols = 40;   /* 3^6 dtype combinations: keep each one small */
+    double *xv = dbl(rows * cols), *gv = dbl(cols), *dyv = dbl(rows * cols), *dx = dbl(rows * cols);
+    double *dg = dbl(cols), *dbeta = dbl(cols), *old_dx = dbl(rows * cols), *old_g = dbl(cols), *old_b = dbl(cols);
+    float mean[9], rstd[9];
+    for (int combo = 0; combo < 729; combo++) {
+        int k = combo;
+        mpx_dtype td[6];
+        for (int i = 0; i < 6; i++) { td[i] = FLOAT_TYPES[k % 3]; k /= 3; }
+        int acc = combo % 2;
+        mpx_arg dy = tb_alloc(&t, td[0], rows * cols), x = tb_alloc(&t, td[1], rows * cols);
+        mpx_arg g = tb_alloc(&t, td[2], cols), ddx = tb_alloc(&t, td[3], rows * cols);
+        mpx_arg ddg = tb_alloc(&t, td[4], cols), ddb = tb_alloc(&t, td[5], cols);
+        fill_random(dy, rows * cols, dyv, combo, -1, 1);
+        fill_random(x, rows * cols, xv, combo + 1000, -2, 2);
+        fill_random(g, cols, gv, combo + 2000, 0.5, 1.5);
+        fill_random(ddx, rows * cols, old_dx, combo + 3000, -1, 1);
+        fill_random(ddg, cols, old_g, combo + 4000, -1, 1);
+        fill_random(ddb, cols, old_b, combo + 5000, -1, 1);
+        for (size_t r = 0; r < rows; r++) {
+            double m = 0, v = 0;
+            for (size_t c = 0; c < cols; c++) m += xv[r * cols + c];
+            m /= cols;
+            for (size_t c = 0; c < cols; c++) v += (xv[r * cols + c] - m) * (xv[r * cols + c] - m);
+            mean[r] = (float)m;
+            rstd[r] = (float)(1 / sqrt(v / cols + 1e-5));
+        }
+        cr_assert_eq(t.ops->layernorm_bwd(t.be, dy, x, g, mean, rstd, ddx, ddg, ddb, rows, cols, acc, !acc), 0,
+                     "%s", tb_error(&t));
+        ref_layernorm_bwd(dyv, xv, gv, dx, dg, dbeta, rows, cols, 1e-5);
+        for (size_t i = 0; i < rows * cols; i++) if (acc) dx[i] += old_dx[i];
+        for (size_t c = 0; c < cols; c++) if (!acc) { dg[c] += old_g[c]; dbeta[c] += old_b[c]; }
+        check_out("layernorm_bwd dx", ddx, dx, rows * cols, 10, NULL, 0.85);
+        check_out("layernorm_bwd dgamma", ddg, dg, cols, 10, NULL, 0.85);
+        check_out("layernorm_bwd dbeta", ddb, dbeta, cols, 10, NULL, 0.85);
+        void *ps[6] = { dy.p, x.p, g.p, ddx.p, ddg.p, ddb.p };
+        for (int i = 0; i < 6; i++) t.ops->free(t.be, ps[i]);
+    }
+    tb_close(&t);
+}
+
+Test(softmax, forward_and_backward_every_combination)
+{
+    tb t = tb_open(2);
+    const size_t B = 2, H = 3, Rr = 5, Cc = 33, n = B * H * Rr * Cc;
+    double *xv = dbl(n), *mv = dbl(B * Cc), *ref = dbl(n), *dyv = dbl(n), *yv = dbl(n);
+    for (int ix = 0; ix < 3; ix++)
+        for (int iy = 0; iy < 3; iy++)
+            for (int im = 0; im < 4; im++) {
+                mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], n), y = tb_alloc(&t, FLOAT_TYPES[iy], n);
+                mpx_arg mask = im < 3 ? tb_alloc(&t, FLOAT_TYPES[im], B * Cc) : mpx_a(NULL, MPX_F32);
+                fill_random(x, n, xv, 40 + ix, -4, 4);
+                if (mask.p) {
+                    for (size_t i = 0; i < B * Cc; i++) mv[i] = (i % 7 == 3) ? -10000.0 : 0.0;
+                    store_vals(mask, B * Cc, mv);
+                }
+                cr_assert_eq(t.ops->softmax_fwd(t.be, x, mask, y, B, H, Rr, Cc, 0.125f), 0, "%s", tb_error(&t));
+                ref_softmax(xv, mask.p ? mv : NULL, ref, B, H, Rr, Cc, 0.125);
+                check_out("softmax_fwd", y, ref, n, 0.1, NULL, 0.9);
+            }
+    for (int id = 0; id < 3; id++)
+        for (int iy = 0; iy < 3; iy++)
+            for (int ix = 0; ix < 3; ix++) {
+                mpx_arg dy = tb_alloc(&t, FLOAT_TYPES[id], n), y = tb_alloc(&t, FLOAT_TYPES[iy], n);
+                mpx_arg dx = tb_alloc(&t, FLOAT_TYPES[ix], n);
+                fill_random(dy, n, dyv, 50 + id, -1, 1);
+                fill_random(y, n, yv, 60 + iy, 0, 0.06);   /* probability-like rows */
+                cr_assert_eq(t.ops->softmax_bwd(t.be, dy, y, dx, B * H * Rr, Cc, 0.5f), 0);
+                for (size_t r = 0; r < B * H * Rr; r++) {
+                    double dot = 0;
+                    for (size_t c = 0; c < Cc; c++) dot += dyv[r * Cc + c] * yv[r * Cc + c];
+                    for (size_t c = 0; c < Cc; c++)
+                        ref[r * Cc + c] = 0.5 * yv[r * Cc + c] * (dyv[r * Cc + c] - dot);
+                }
+                check_out("softmax_bwd", dx, ref, n, 0.05, NULL, 0.9);
+            }
+    tb_close(&t);
+}
+
+Test(cross_entropy, loss_and_gradient_every_combination)
+{
+    tb t = tb_open(2);
+    const size_t rows = 6, cols = 50;
+    int32_t labels[6] = { 0, 49, 7, 7, 13, 0 };
+    double *lv = dbl(rows * cols), *ref = dbl(rows * cols);
+    for (int il = 0; il < 3; il++)
+        for (int id = 0; id < 4; id++) {
+            mpx_arg lg = tb_alloc(&t, FLOAT_TYPES[il], rows * cols);
+            mpx_arg dl = id < 3 ? tb_alloc(&t, FLOAT_TYPES[id], rows * cols) : mpx_a(NULL, MPX_F32);
+            fill_random(lg, rows * cols, lv, 70 + il, -8, 8);
+            double loss = 0;
+            cr_assert_eq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, &loss, dl, 256.0f), 0, "%s", tb_error(&t));
+            double want = ref_cross_entropy(lv, labels, rows, cols);
+            cr_assert(fabs(loss - want) <= 1e-6 * (1 + fabs(want)), "loss %.9g, want %.9g", loss, want);
+            if (!dl.p) continue;
+            for (size_t r = 0; r < rows; r++) {
+                double mx = -INFINITY, s = 0;
+                for (size_t c = 0; c < cols; c++) mx = fmax(mx, lv[r * cols + c]);
+                for (size_t c = 0; c < cols; c++) s += exp(lv[r * cols + c] - mx);
+                for (size_t c = 0; c < cols; c++)
+                    ref[r * cols + c] = 256.0 * (exp(lv[r * cols + c] - mx) / s - (c == (size_t)labels[r])) / rows;
+            }
+            check_out("cross_entropy dlogits", dl, ref, rows * cols, 1, NULL, 0.9);
+        }
+    tb_close(&t);
+}
+
+Test(embedding, gather_and_scatter_add_every_combination)
+{
+    tb t = tb_open(2);
+    const size_t vocab = 20, dim = 37, n_ids = 30;
+    int32_t ids[30];
+    for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * 7) % 11);   /* repeats */
+    ids[5] = 19;
+    double *tv = dbl(vocab * dim), *dyv = dbl(n_ids * dim), *ref = dbl(n_ids * dim);
+    for (int it = 0; it < 3; it++)
+        for (int iy = 0; iy < 3; iy++) {
+            mpx_arg table = tb_alloc(&t, FLOAT_TYPES[it], vocab * dim), y = tb_alloc(&t, FLOAT_TYPES[iy], n_ids * dim);
+            fill_random(table, vocab * dim, tv, 80 + it, -1, 1);
+            cr_assert_eq(t.ops->embedding_fwd(t.be, ids, n_ids, table, dim, y), 0, "%s", tb_error(&t));
+            for (size_t i = 0; i < n_ids; i++)
+                for (size_t c = 0; c < dim; c++) ref[i * dim + c] = tv[ids[i] * dim + c];
+            check_out("embedding_fwd", y, ref, n_ids * dim, 1, NULL, 1.0);
+            /* backward: y now plays dy, table plays dtable */
+            fill_random(y, n_ids * dim, dyv, 90 + iy, -1, 1);
+            memcpy(ref, tv, vocab * dim * sizeof *ref);
+            for (size_t i = 0; i < n_ids; i++)
+                for (size_t c = 0; c < dim; c++) ref[ids[i] * dim + c] += dyv[i * dim + c];
+            cr_assert_eq(t.ops->embedding_bwd(t.be, ids, n_ids, y, table, dim), 0, "%s", tb_error(&t));
+            check_out("embedding_bwd", table, ref, vocab * dim, 3, NULL, 0.9);
+        }
+    tb_close(&t);
+}
+
+Test(reductions, sum_squares_and_nonfinite_every_dtype)
+{
+    tb t = tb_open(3);
+    const size_t n = 50001;
+    double *xv = dbl(n);
+    for (int ix = 0; ix < 3; ix++) {
+        mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], n);
+        fill_random(x, n, xv, 100 + ix, -3, 3);
+        double ss = 0, want = 0;
+        for (size_t i = 0; i < n; i++) want += xv[i] * xv[i];
+        cr_assert_eq(t.ops->sum_squares(t.be, x, n, &ss), 0);
+        cr_assert(fabs(ss - want) <= 1e-5 * want, "sum_squares %.12g, want %.12g", ss, want);
+        size_t bad = 99;
+        cr_assert_eq(t.ops->count_nonfinite(t.be, x, n, &bad), 0);
+        cr_assert_eq(bad, 0);
+        xv[0] = NAN; xv[4097] = INFINITY; xv[n - 1] = -INFINITY; xv[30000] = 1e30; /* 1e30: inf in fp16 */
+        store_vals(x, n, xv);
+        cr_assert_eq(t.ops->count_nonfinite(t.be, x, n, &bad), 0);
+        cr_assert_eq(bad, x.t == MPX_F16 ? 4u : 3u, "%s: %zu non-finite", mpx_dtype_name(x.t), bad);
+    }
+    tb_close(&t);
+}
+
+/* ---- apply_update ---- */
+
+Test(apply_update, nearest_every_dtype)
+{
+    tb t = tb_open(2);
+    const size_t n = 20000;
+    double *wv = dbl(n), *ref = dbl(n);
+    float *u = calloc(n, 4);
+    for (size_t i = 0; i < n; i++) u[i] = (float)(((double)(i % 97) - 48) * 1e-3);
+    for (int iw = 0; iw < 3; iw++) {
+        mpx_arg w = tb_alloc(&t, FLOAT_TYPES[iw], n);
+        fill_random(w, n, wv, 110 + iw, -1, 1);
+        cr_assert_eq(t.ops->apply_update(t.be, w, mpx_a(NULL, w.t), u, n, MPX_ROUND_NEAREST, (mpx_rng){ 1, 2, 3 }), 0);
+        for (size_t i = 0; i < n; i++) ref[i] = wv[i] + u[i];
+        check_out("apply_update nearest", w, ref, n, 1, NULL, 0.99);
+    }
+    free(u);
+    tb_close(&t);
+}
+
+Test(apply_update, stochastic_follows_the_stream_and_is_unbiased)
+{
+    tb t = tb_open(2);
+    const size_t n = 100003;
+    float *u = calloc(n, 4);
+    mpx_rng rng = { 77, 5, 9 };
+    for (int iw = 1; iw < 3; iw++) {
+        mpx_dtype d = FLOAT_TYPES[iw];
+        double ulp = d == MPX_BF16 ? 0x1p-7 : 0x1p-10;
+        for (size_t i = 0; i < n; i++) u[i] = (float)(0.3 * ulp);
+        mpx_arg w = tb_alloc(&t, d, n);
+        double *wv = dbl(n);
+        for (size_t i = 0; i < n; i++) wv[i] = 1.0;
+        store_vals(w, n, wv);
+        cr_assert_eq(t.ops->apply_update(t.be, w, mpx_a(NULL, d), u, n, MPX_ROUND_STOCHASTIC, rng), 0);
+        double sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            double got = get(w, i);
+            cr_assert(got == 1.0 || got == 1.0 + ulp, "%s sr: %.9g", mpx_dtype_name(d), got);
+            /* element i uses word i % 4 of counter (i / 4, site, tick) under key = seed */
+            uint32_t ctr[4] = { (uint32_t)(i / 4), 0, rng.site, rng.tick }, key[2] = { 77, 0 };
+            uint32_t x = mpx_philox4x32_10(ctr, key).v[i % 4];
+            double frac = ((double)(1.0f + u[i]) - 1.0) / ulp;   /* of the fp32 sum, exact */
+            int up = (double)(x >> 8) < frac * 0x1p24;
+            cr_assert_eq(got == 1.0 + ulp, up, "element %zu: draw %08x", i, x);
+            sum += got;
+        }
+        double mean = sum / n, sigma = ulp * sqrt(0.3 * 0.7 / n);
+        cr_assert(fabs(mean - (1.0 + 0.3 * ulp)) < 5 * sigma, "%s: mean %.12g", mpx_dtype_name(d), mean);
+        free(wv);
+    }
+    free(u);
+    tb_close(&t);
+}
+
+Test(apply_update, kahan_matches_the_formula_and_recovers_small_updates)
+{
+    tb t = tb_open(2);
+    const size_t n = 5000;
+    float *u = calloc(n, 4);
+    for (int iw = 0; iw < 3; iw++) {
+        mpx_dtype d = FLOAT_TYPES[iw];
+        mpx_arg w = tb_alloc(&t, d, n), c = tb_alloc(&t, d, n);
+        double *wv = dbl(n), *cv = dbl(n);
+        fill_random(w, n, wv, 120 + iw, -1, 1);
+        fill_random(c, n, cv, 130 + iw, -1e-3, 1e-3);
+        for (size_t i = 0; i < n; i++) u[i] = (float)(((double)(i % 89) - 44) * 1e-4);
+        cr_assert_eq(t.ops->apply_update(t.be, w, c, u, n, MPX_ROUND_KAHAN, (mpx_rng){ 0 }), 0, "%s", tb_error(&t));
+        for (size_t i = 0; i < n; i++) {
+            float y = u[i] - (float)cv[i];
+            float tt = (float)ref_round(d, (double)((float)wv[i] + y));
+            float cn = (tt - (float)wv[i]) - y;
+            cr_assert_eq(get(w, i), ref_round(d, tt), "w[%zu]", i);
+            cr_assert_eq(get(c, i), ref_round(d, cn), "c[%zu]", i);
+        }
+        free(wv); free(cv);
+    }
+    /* bf16 weights of 1.0 with 1000 updates of 1e-4 (well under half an ulp, 2^-8):
+     * nearest never moves, Kahan ends within an ulp of 1.1 */
+    const size_t m = 64;
+    mpx_arg wn = tb_alloc(&t, MPX_BF16, m), wk = tb_alloc(&t, MPX_BF16, m), ck = tb_alloc(&t, MPX_BF16, m);
+    double ones[64];
+    for (size_t i = 0; i < m; i++) { ones[i] = 1.0; u[i] = 1e-4f; }
+    store_vals(wn, m, ones);
+    store_vals(wk, m, ones);
+    for (int s = 0; s < 1000; s++) {
+        cr_assert_eq(t.ops->apply_update(t.be, wn, mpx_a(NULL, MPX_BF16), u, m, MPX_ROUND_NEAREST, (mpx_rng){ 0 }), 0);
+        cr_assert_eq(t.ops->apply_update(t.be, wk, ck, u, m, MPX_ROUND_KAHAN, (mpx_rng){ 0 }), 0);
+    }
+    for (size_t i = 0; i < m; i++) {
+        cr_assert_eq(get(wn, i), 1.0);
+        cr_assert(fabs(get(wk, i) - 1.1) <= 0x1p-7, "kahan bf16 ended at %.6g", get(wk, i));
+    }
+    free(u);
+    tb_close(&t);
+}
