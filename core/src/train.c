@@ -60,6 +60,28 @@ static void maybe_fault(int64_t step, mpx_record *rec)
     abort();
 }
 
+/* MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]: an inf in the first gradient element at those
+ * steps (after backward), to test loss-scale handling end to end. */
+static int injects_overflow(int64_t step)
+{
+    const char *e = getenv("MPX_INJECT_OVERFLOW_AT_STEP");
+    while (e && *e) {
+        char *end;
+        long long v = strtoll(e, &end, 10);
+        if (end == e) break;
+        if (v == step) return 1;
+        e = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int inject_inf(mpx_session *s, mpx_arg g)
+{
+    uint32_t f32 = 0x7f800000u;
+    uint16_t h = g.t == MPX_F16 ? 0x7c00u : 0x7f80u;
+    return s->ops->to_device(s->be, g.p, g.t == MPX_F32 ? (const void *)&f32 : (const void *)&h, mpx_dtype_size(g.t));
+}
+
 static void progress(int64_t step, int64_t total, double loss, double lr, double tok_s, double eta)
 {
     if (!isatty(STDERR_FILENO)) return;
@@ -175,7 +197,7 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
     mpx_lr_schedule sched;
     if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
     mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
-    json_t *trace = json_array(), *losses = json_array();
+    json_t *trace = json_array(), *losses = json_array(), *overflows = json_array();
     json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
     double t0 = now_s(), first_loss = NAN, last_loss = NAN;
     int64_t updates = 0, skipped = 0, tokens_total = 0;
@@ -190,6 +212,10 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
         double scale = ls.scale;
         if (accumulate(s, t, &c, step, scale, &loss, &tokens, err, errlen)) return -1;
         mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+        if (injects_overflow(step) && inject_inf(s, acc)) {
+            snprintf(err, errlen, "step %lld: cannot inject the overflow", (long long)step);
+            return -1;
+        }
         if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
             mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
             return -1;
@@ -202,6 +228,7 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
             if (optimizer_step(s, ++updates, lr, err, errlen)) return -1;
         } else {
             skipped++;
+            json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));
         }
         if (ls.scale != scale)
             json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, ls.scale));
@@ -230,6 +257,7 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
     json_object_set_new(metrics, "skipped_steps", json_integer(skipped));
     json_object_set_new(metrics, "overflow_count", json_integer(ls.overflows));
     json_object_set_new(metrics, "loss_scale_trace", trace);
+    json_object_set_new(metrics, "overflow_steps", overflows); /* [step, scale used] of each skipped step */
     json_object_set_new(metrics, "first_loss", json_real(first_loss));
     json_object_set_new(metrics, "final_loss", json_real(last_loss));
     json_object_set_new(metrics, "losses", losses);
