@@ -22,6 +22,10 @@ int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage);
 int mpx_cmd_plugins(int argc, char **argv);
 int mpx_cmd_check(int argc, char **argv);
 int mpx_cmd_run(int argc, char **argv);
+int mpx_cmd_sweep(int argc, char **argv);
+int mpx_cmd_matrix(int argc, char **argv);
+int mpx_cmd_diff(int argc, char **argv);
+int mpx_cmd_plot(int argc, char **argv);
 int mpx_cmd_eval(int argc, char **argv);
 
 #endif

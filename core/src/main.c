@@ -19,10 +19,18 @@ static const char usage[] =
     "                                     <run.output_dir>/<run.name>/ (run.json, metrics.csv)\n"
     "  eval CONFIG [-s KEY=VALUE]...      evaluate model.checkpoint without training; records go to\n"
     "                                     <run.output_dir>/<run.name>-eval/\n"
+    "  sweep SWEEP.cfg [--dry-run]        run every cell of a sweep (cross product of its axes) that\n"
+    "                  [--retry-failed]   has no finished record, each in its own process; cells\n"
+    "                                     whose plugins are missing or incompatible are skipped\n"
+    "  matrix DIR --rows KEY --cols KEY   a table of run.json metrics over a sweep folder (mean\n"
+    "         --metric M[,M] [--format md|csv|json]   ± 95% interval over seeds)\n"
+    "  diff A B [--tol REL]               config keys, metrics and loss curves that differ between\n"
+    "                                     two runs or two sweeps (exit 0 same, 1 different)\n"
+    "  plot RUNS... -o FILE.svg|.png      loss, loss scale and lr against step (gnuplot)\n"
     "  squad-eval DATA.json PRED.json     the official SQuAD v1.1 EM/F1 of a predictions file\n"
     "  help                               this text\n"
     "\n"
-    "options of plugins, check and run:\n"
+    "options of plugins, check, run and sweep:\n"
     "  --plugin-dir DIR    search DIR for plugins first (repeatable); then $MPX_PLUGIN_PATH\n"
     "                      (colon-separated), then <bindir>/../plugins, <bindir>/../lib/mpx\n"
     "  -s KEY=VALUE        override one configuration key; VALUE is a libconfig literal\n"
@@ -30,7 +38,9 @@ static const char usage[] =
     "\n"
     "environment:\n"
     "  MPX_FAULT_AT_STEP=N  make `mpx run` die (SIGABRT) at the start of step N, to test\n"
-    "                       crash handling\n";
+    "                       crash handling\n"
+    "  MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]  put an inf into the gradients at those steps, to\n"
+    "                       test loss scaling (the step is skipped and the scale lowered)\n";
 
 int main(int argc, char **argv)
 {
@@ -51,6 +61,10 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check")) return mpx_cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return mpx_cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return mpx_cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sweep")) return mpx_cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "matrix")) return mpx_cmd_matrix(argc - 2, argv + 2);
+    if (!strcmp(cmd, "diff")) return mpx_cmd_diff(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return mpx_cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "squad-eval")) return mpx_squad_eval_main(argc - 1, argv + 1);
     fprintf(stderr, "mpx: unknown command '%s'\n\n%s", cmd, usage);
     return 2;

@@ -1,0 +1,14 @@
+/* mpx plot: loss, loss scale and learning rate against step, one file with three panels
+ * stacked (loss on top, with the legend: one entry per run), drawn by gnuplot from a
+ * data file and a script written to a temporary folder. */
+#ifndef MPX_PLOT_H
+#define MPX_PLOT_H
+
+#include <stddef.h>
+
+/* `paths`: run folders, or sweep folders (their run cells that have a metrics.csv).
+ * `out` ends in .svg or .png. The gnuplot program is $MPX_GNUPLOT or `gnuplot` on PATH.
+ * Returns 0, or -1 with err. */
+int mpx_plot(const char *const *paths, size_t n_paths, const char *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,162 @@
+/* Running one cell: the mpx binary itself as a child (`mpx run ... --out DIR`), so a
+ * crash or a leak in one cell cannot touch the others. Its output goes to DIR/mpx.log;
+ * on a terminal the parent draws a progress line from the child's metrics.csv. */
+#include "sweep.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "record.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* argv of the child; the strings belong to the sweep and the cell. */
+static char **child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *dirs, size_t n_dirs)
+{
+    size_t n = 0, cap = 6 + 2 * c->n_overrides + 2 * n_dirs;
+    char **argv = calloc(cap, sizeof *argv);
+    if (!argv) return NULL;
+    argv[n++] = "mpx";
+    argv[n++] = "run";
+    argv[n++] = sw->base;
+    for (size_t i = 0; i < c->n_overrides; i++) {
+        argv[n++] = "-s";
+        argv[n++] = c->overrides[i];
+    }
+    argv[n++] = "--out";
+    argv[n++] = (char *)c->dir;
+    for (size_t i = 0; i < n_dirs; i++) {
+        argv[n++] = "--plugin-dir";
+        argv[n++] = (char *)dirs[i];
+    }
+    argv[n] = NULL;
+    return argv;
+}
+
+/* The last complete line of metrics.csv: step, loss, ..., elapsed_s (last column). */
+static int last_row(const char *dir, long *step, double *loss, double *elapsed)
+{
+    char path[PATH_MAX + 16], buf[4096];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long off = 0;
+    if (fseek(f, 0, SEEK_END) == 0) off = ftell(f);
+    off = off > (long)sizeof buf - 1 ? off - (long)sizeof buf + 1 : 0;
+    fseek(f, off, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, '\n');
+    if (!end) return -1;
+    *end = 0;
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    if (line[0] < '0' || line[0] > '9') return -1; /* the header */
+    char *last = strrchr(line, ',');
+    if (sscanf(line, "%ld,%lf", step, loss) != 2 || !last) return -1;
+    *elapsed = strtod(last + 1, NULL);
+    return 0;
+}
+
+/* progress.total_steps of the child's run.json, once it is there. */
+static long total_steps(const char *dir)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    long total = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "total_steps"));
+    json_decref(j);
+    return total;
+}
+
+static void draw_progress(const mpx_sweep_cell *c, const char *label, long *total)
+{
+    long step;
+    double loss, elapsed;
+    if (*total <= 0) *total = total_steps(c->dir);
+    if (last_row(c->dir, &step, &loss, &elapsed) != 0) {
+        fprintf(stderr, "\r\033[K%s  starting", label);
+        return;
+    }
+    double eta = *total > step + 1 ? elapsed / (double)(step + 1) * (double)(*total - step - 1) : 0;
+    fprintf(stderr, "\r\033[K%s  step %ld/%ld  loss %.4f  ETA %d:%02d", label, step + 1, *total, loss,
+            (int)(eta / 60), (int)eta % 60);
+}
+
+static int spawn(char **argv, const char *log, pid_t *pid, char *err, size_t errlen)
+{
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", log, strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    *pid = fork();
+    if (*pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (*pid == 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "mpx sweep: cannot run /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    return 0;
+}
+
+int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
+                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
+                   char *err, size_t errlen)
+{
+    char log[PATH_MAX + 16];
+    memset(out, 0, sizeof *out);
+    if (mpx_mkdirs(c->dir) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", c->dir, strerror(errno));
+        return -1;
+    }
+    snprintf(log, sizeof log, "%s/mpx.log", c->dir);
+    char **argv = child_argv(sw, c, plugin_dirs, n_dirs);
+    pid_t pid;
+    if (!argv || spawn(argv, log, &pid, err, errlen)) {
+        free(argv);
+        return -1;
+    }
+    free(argv);
+    double t0 = now_s();
+    long total = 0;
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, tty ? WNOHANG : 0);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) {
+            snprintf(err, errlen, "waitpid: %s", strerror(errno));
+            return -1;
+        }
+        if (tty) {
+            draw_progress(c, label, &total);
+            nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
+        }
+    }
+    if (tty) fputs("\r\033[K", stderr);
+    out->seconds = now_s() - t0;
+    out->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    out->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return 0;
+}

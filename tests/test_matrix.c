@@ -1,0 +1,193 @@
+/* mpx matrix over hand-made run records with known values: cells equal the records,
+ * seeds aggregate to the mean ± t(0.975, n−1)·s/√n computed here by hand, skipped and
+ * failed runs show with their reasons, and runs that differ in more than the seed are
+ * refused. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static char *tmp_dir(void)
+{
+    char *d = strdup("/tmp/mpx-matrix-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static int sh(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    if (out) snprintf(out, len, "%s", buf);
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
+    return WEXITSTATUS(st);
+}
+
+/* DIR/NAME/run.json for a run of policy `prec` with seed, status and EM/F1. */
+static void put_run(const char *dir, const char *name, const char *prec, int seed, double lr,
+                    const char *status, const char *why, double em, double f1)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(mkdir(path, 0777), 0, "%s", path);
+    json_t *metrics = json_object();
+    if (!strcmp(status, "finished")) {
+        json_object_set_new(metrics, "EM", json_real(em));
+        json_object_set_new(metrics, "F1", json_real(f1));
+    }
+    json_t *j = json_pack("{s:s, s:{s:{s:{s:s, s:i, s:s}, s:{s:s}, s:{s:s, s:f}}}, s:o, s:{s:f}}",
+                          "status", status, "config", "effective", "run", "name", "m", "seed", seed,
+                          "output_dir", dir, "precision", "plugin", prec, "optimizer", "plugin", "adam", "lr", lr,
+                          "metrics", metrics, "memory", "bytes_per_param", 16.0);
+    if (!strcmp(status, "skipped")) json_object_set_new(j, "reason", json_string(why));
+    else json_object_set_new(j, "error", why ? json_string(why) : json_null());
+    strcat(path, "/run.json");
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+/* The JSON matrix cell at (row, col). */
+static json_t *cell_at(json_t *m, const char *row, const char *col)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(m, "cells"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "row")), row) &&
+            !strcmp(json_string_value(json_object_get(c, "col")), col)) return c;
+    cr_assert_fail("no cell %s/%s", row, col);
+    return NULL;
+}
+
+static double stat_of(json_t *cell, const char *metric, const char *what)
+{
+    json_t *v = json_object_get(json_object_get(json_object_get(cell, "metrics"), metric), what);
+    return json_is_null(v) ? NAN : json_number_value(v);
+}
+
+/* fp32: EM 1, 2, 3 over seeds (mean 2, s 1, t(0.975, 2) = 4.303 -> 4.303/√3 = 2.4842);
+ * amp: one run, EM 7.5; fp16: skipped; bf16: failed; pure: 5 seeds 10, 12, 9, 11, 13
+ * (mean 11, s = √2.5 = 1.5811, t(0.975, 4) = 2.7764 -> 2.7764·1.5811/√5 = 1.9632). */
+static char *fixture(void)
+{
+    char *dir = tmp_dir();
+    put_run(dir, "fp32_1", "fp32", 1, 1e-4, "finished", NULL, 1, 10);
+    put_run(dir, "fp32_2", "fp32", 2, 1e-4, "finished", NULL, 2, 20);
+    put_run(dir, "fp32_3", "fp32", 3, 1e-4, "finished", NULL, 3, 60);
+    put_run(dir, "amp_1", "amp", 1, 1e-4, "finished", NULL, 7.5, 80);
+    put_run(dir, "fp16_1", "fp16-scaled", 1, 1e-4, "skipped", "precision/fp16-scaled not found (searched: x)", 0, 0);
+    put_run(dir, "bf16_1", "bf16-master", 1, 1e-4, "failed", "step 3: loss is NaN", 0, 0);
+    static const double pure[5] = { 10, 12, 9, 11, 13 };
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "pure_%d", i);
+        put_run(dir, name, "pure-bf16", i + 1, 1e-4, "finished", NULL, pure[i], 50);
+    }
+    return dir;
+}
+
+Test(matrix, seeds_aggregate_to_mean_interval_and_n)
+{
+    char *dir = fixture();
+    static char out[1 << 20];
+    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+                    "--metric EM,F1,memory.bytes_per_param --format json", dir), 0, "%s", out);
+    json_error_t e;
+    json_t *m = json_loads(out, 0, &e);
+    cr_assert_not_null(m, "%s\n%s", e.text, out);
+
+    json_t *c = cell_at(m, "fp32", "adam");
+    cr_expect_eq(stat_of(c, "EM", "n"), 3);
+    cr_expect_float_eq(stat_of(c, "EM", "mean"), 2.0, 1e-12);
+    cr_expect_float_eq(stat_of(c, "EM", "sd"), 1.0, 1e-12);
+    cr_expect_float_eq(stat_of(c, "EM", "ci95"), 4.302653 / sqrt(3.0), 1e-6);
+    cr_expect_float_eq(stat_of(c, "EM", "ci95"), 2.4842, 1e-4);
+    cr_expect_float_eq(stat_of(c, "F1", "mean"), 30.0, 1e-12);  /* (10 + 20 + 60) / 3 */
+    cr_expect_float_eq(stat_of(c, "F1", "sd"), sqrt(700.0), 1e-9); /* (400 + 100 + 900) / 2 */
+    cr_expect_float_eq(stat_of(c, "memory.bytes_per_param", "mean"), 16.0, 1e-12);
+
+    c = cell_at(m, "amp", "adam");
+    cr_expect_eq(stat_of(c, "EM", "n"), 1);
+    cr_expect_float_eq(stat_of(c, "EM", "mean"), 7.5, 1e-12);
+    cr_expect(isnan(stat_of(c, "EM", "ci95")));
+
+    c = cell_at(m, "pure-bf16", "adam");
+    cr_expect_eq(stat_of(c, "EM", "n"), 5);
+    cr_expect_float_eq(stat_of(c, "EM", "mean"), 11.0, 1e-12);
+    cr_expect_float_eq(stat_of(c, "EM", "ci95"), 1.9632, 1e-4);
+
+    c = cell_at(m, "fp16-scaled", "adam");
+    cr_expect_str_eq(json_string_value(json_object_get(c, "status")), "skipped");
+    cr_expect(strstr(json_string_value(json_object_get(c, "reason")), "precision/fp16-scaled not found"));
+    c = cell_at(m, "bf16-master", "adam");
+    cr_expect_str_eq(json_string_value(json_object_get(c, "status")), "failed");
+    cr_expect(strstr(json_string_value(json_object_get(c, "reason")), "loss is NaN"));
+    json_decref(m);
+}
+
+Test(matrix, markdown_shows_values_and_footnotes)
+{
+    char *dir = fixture();
+    static char out[1 << 20];
+    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+                    "--metric EM,F1", dir), 0, "%s", out);
+    cr_expect(strstr(out, "| precision.plugin \\ optimizer.plugin | adam |"), "%s", out);
+    cr_expect(strstr(out, "| fp32 | 2 ± 2.484 / 30 ± 65.72 (n=3) |"), "%s", out); /* 4.3027·√700/√3 = 65.72 */
+    cr_expect(strstr(out, "| amp | 7.5 / 80 |"), "%s", out);
+    cr_expect(strstr(out, "| pure-bf16 | 11 ± 1.963 / 50 ± 0 (n=5) |"), "%s", out);
+    /* no sweep.json: rows sorted by value, footnotes numbered as they appear */
+    cr_expect(strstr(out, "| bf16-master | failed [1] |"), "%s", out);
+    cr_expect(strstr(out, "| fp16-scaled | skipped [2] |"), "%s", out);
+    cr_expect(strstr(out, "\n[1] failed: step 3: loss is NaN\n"), "%s", out);
+    cr_expect(strstr(out, "\n[2] skipped: precision/fp16-scaled not found (searched: x)\n"), "%s", out);
+}
+
+Test(matrix, csv_has_one_line_per_cell_and_metric)
+{
+    char *dir = fixture();
+    static char out[1 << 20];
+    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+                    "--metric EM --format csv", dir), 0, "%s", out);
+    cr_expect(strstr(out, "precision.plugin,optimizer.plugin,metric,status,n,mean,ci95,sd,reason\n"), "%s", out);
+    cr_expect(strstr(out, "\nfp32,adam,EM,finished,3,2,2.48413"), "%s", out);
+    cr_expect(strstr(out, "\nfp16-scaled,adam,EM,skipped,0,,,,skipped: precision/fp16-scaled not found (searched: x)\n"), "%s", out);
+}
+
+Test(matrix, runs_that_differ_beyond_the_seed_are_refused)
+{
+    char *dir = fixture();
+    put_run(dir, "fp32_4", "fp32", 4, 3e-4, "finished", NULL, 4, 40);
+    char out[8192];
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+                    "--metric EM 2>&1", dir), 2);
+    cr_expect(strstr(out, "optimizer.lr"), "%s", out);
+    /* with the lr as the column it is a table again */
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.lr "
+                    "--metric EM 2>&1", dir), 0, "%s", out);
+    cr_expect(strstr(out, "| fp32 | 2 ± 2.484 (n=3) | 4 |"), "%s", out);
+}
+
+Test(matrix, unknown_keys_and_metrics_are_named)
+{
+    char *dir = fixture();
+    char out[8192];
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugn --cols optimizer.plugin "
+                    "--metric EM 2>&1", dir), 2);
+    cr_expect(strstr(out, "precision.plugn"), "%s", out);
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EMM 2>&1", dir), 2);
+    cr_expect(strstr(out, "EMM") && strstr(out, "EM, F1"), "%s", out);
+}

@@ -1,0 +1,118 @@
+/* mpx plot: two toy runs drawn to SVG (parsed enough to find the root element, its
+ * closing tag and one legend entry per run) and to PNG (magic bytes); without gnuplot
+ * the error says what to install. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char *tmp_dir(void)
+{
+    char *d = strdup("/tmp/mpx-plot-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static int sh(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    if (out) {
+        size_t m = n < len - 1 ? n : len - 1;
+        memcpy(out, buf, m);
+        out[m] = 0;
+    }
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
+    return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    *n = fread(buf, 1, (size_t)len, f);
+    buf[*n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static const char *two_runs(void)
+{
+    static char dir[64];
+    snprintf(dir, sizeof dir, "%s", tmp_dir());
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 -s 'run.name=\"%s\"' "
+                        "-s optimizer.lr=%s --out %s/%s >/dev/null 2>&1", i ? "beta_run" : "alpha_run",
+                        i ? "0.1" : "0.05", dir, i ? "b" : "a"), 0);
+    return dir;
+}
+
+/* Skip the XML declaration, comments and doctype; the first element must be <svg. */
+static const char *root_element(const char *s)
+{
+    for (;;) {
+        s += strspn(s, " \t\r\n");
+        if (!strncmp(s, "<?", 2)) s = strstr(s, "?>") + 2;
+        else if (!strncmp(s, "<!--", 4)) s = strstr(s, "-->") + 3;
+        else if (!strncmp(s, "<!", 2)) s = strchr(s, '>') + 1;
+        else return s;
+    }
+}
+
+Test(plot, svg_with_one_legend_entry_per_run)
+{
+    const char *dir = two_runs();
+    char svg[256], out[4096];
+    snprintf(svg, sizeof svg, "%s/curves.svg", dir);
+    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a %s/b -o %s 2>&1", dir, dir, svg), 0, "%s", out);
+    size_t n;
+    char *text = slurp(svg, &n);
+    const char *root = root_element(text);
+    cr_expect(!strncmp(root, "<svg", 4) && (root[4] == ' ' || root[4] == '\n'), "root: %.40s", root);
+    cr_expect(strstr(root, "xmlns=\"http://www.w3.org/2000/svg\""), "no SVG namespace");
+    const char *end = text + n;
+    while (end > text && strchr(" \t\r\n", end[-1])) end--;
+    cr_expect(end - text > 6 && !strncmp(end - 6, "</svg>", 6), "does not end with </svg>");
+    cr_expect(strstr(text, ">alpha_run<") && strstr(text, ">beta_run<"), "legend entries missing");
+    cr_expect(strstr(text, ">loss scale<") && strstr(text, ">learning rate<"), "panels missing");
+    free(text);
+}
+
+Test(plot, png_magic)
+{
+    const char *dir = two_runs();
+    char png[256], out[4096];
+    snprintf(png, sizeof png, "%s/curves.png", dir);
+    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s 2>&1", dir, png), 0, "%s", out);
+    size_t n;
+    char *bytes = slurp(png, &n);
+    cr_expect(n > 8 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8), "not a PNG");
+    free(bytes);
+}
+
+Test(plot, errors_are_clear)
+{
+    const char *dir = two_runs();
+    char out[4096], mpx[PATH_MAX];
+    cr_assert_not_null(realpath("build/bin/mpx", mpx));
+    cr_expect_eq(sh(out, sizeof out, "env -u MPX_GNUPLOT PATH=/nonexistent %s plot %s/a -o %s/x.svg 2>&1",
+                    mpx, dir, dir), 2);
+    cr_expect(strstr(out, "gnuplot not found") && strstr(out, "gnuplot-nox"), "%s", out);
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s/x.pdf 2>&1", dir, dir), 2);
+    cr_expect(strstr(out, ".svg or .png"), "%s", out);
+}

@@ -1,0 +1,279 @@
+/* mpx sweep, run as a child like a user would: the cross product of the axes runs, each
+ * cell's record carries its axis values; a second sweep runs nothing; a killed or stale
+ * cell is run again and only it; failed cells wait for --retry-failed; cells whose plugin
+ * is missing or declared incompatible are recorded as skipped with the reason, and show
+ * up so in the matrix. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static char *tmp_dir(void)
+{
+    char *d = strdup("/tmp/mpx-sweep-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Runs a shell command; its stdout into out (may be NULL); returns the exit code. */
+static int sh(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    if (out) snprintf(out, len, "%s", buf);
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
+    return WEXITSTATUS(st);
+}
+
+static json_t *load(const char *path)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s: %s (line %d)", path, e.text, e.line);
+    return j;
+}
+
+/* A sweep file in `dir` over the toy config (absolute base); returns its path. */
+static char *sweep_file(const char *dir, const char *name, const char *axes)
+{
+    char base[PATH_MAX], text[2 * PATH_MAX], *path = malloc(PATH_MAX);
+    cr_assert_not_null(realpath("configs/toy.cfg", base));
+    snprintf(text, sizeof text, "name = \"%s\";\nbase = \"%s\";\naxes = ( %s );\n", name, base, axes);
+    snprintf(path, PATH_MAX, "%s/%s.cfg", dir, name);
+    write_file(path, text);
+    return path;
+}
+
+/* mpx sweep with the outputs in dir/out and short runs. */
+static int sweep(const char *dir, const char *file, const char *env, const char *extra, char *out, size_t len)
+{
+    return sh(out, len, "%s build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 %s 2>/dev/null",
+              env, file, dir, extra);
+}
+
+static json_t *cell_of(json_t *index, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(index, "cells"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    cr_assert_fail("no cell %s in sweep.json", name);
+    return NULL;
+}
+
+static json_t *record_of(json_t *cell)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/run.json", json_string_value(json_object_get(cell, "dir")));
+    return load(path);
+}
+
+static const char *status_of(json_t *cell)
+{
+    static char status[64];
+    json_t *r = record_of(cell);
+    snprintf(status, sizeof status, "%s", json_string_value(json_object_get(r, "status")));
+    json_decref(r);
+    return status;
+}
+
+static long long mtime_ns(json_t *cell)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/run.json", json_string_value(json_object_get(cell, "dir")));
+    cr_assert_eq(stat(path, &st), 0, "%s", path);
+    return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+static const char *const toy_cells[4] = { "0.05_1", "0.05_2", "0.1_1", "0.1_2" };
+
+Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
+{
+    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    char *file = sweep_file(dir, "t", "{ key = \"optimizer.lr\"; values = (0.05, 0.1); },"
+                                      "{ key = \"run.seed\"; values = (1, 2); }");
+    cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "4 finished") && strstr(out, "ran 4 now"), "%s", out);
+    snprintf(idx_path, sizeof idx_path, "%s/out/t/sweep.json", dir);
+    json_t *idx = load(idx_path);
+    cr_assert_eq(json_array_size(json_object_get(idx, "cells")), 4);
+    long long before[4];
+    static const double lr[4] = { 0.05, 0.05, 0.1, 0.1 };
+    static const int seed[4] = { 1, 2, 1, 2 };
+    for (int i = 0; i < 4; i++) {
+        json_t *c = cell_of(idx, toy_cells[i]), *r = record_of(c);
+        cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished");
+        /* the folder is <name>-<8 hex> under out/t, and the run used the cell's values */
+        const char *folder = json_string_value(json_object_get(c, "folder"));
+        cr_expect_eq(strlen(folder), strlen(toy_cells[i]) + 9, "%s", folder);
+        cr_expect(strncmp(folder, toy_cells[i], strlen(toy_cells[i])) == 0 && folder[strlen(toy_cells[i])] == '-', "%s", folder);
+        cr_expect_eq(strspn(folder + strlen(toy_cells[i]) + 1, "0123456789abcdef"), 8, "%s", folder);
+        json_t *eff = json_object_get(json_object_get(r, "config"), "effective");
+        cr_expect_float_eq(json_number_value(json_object_get(json_object_get(eff, "optimizer"), "lr")), lr[i], 1e-15);
+        cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "run"), "seed")), seed[i]);
+        cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "train"), "epochs")), 2);
+        before[i] = mtime_ns(c);
+        json_decref(r);
+    }
+
+    /* again: nothing runs, no record is rewritten */
+    cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "ran 0 now"), "%s", out);
+    for (int i = 0; i < 4; i++) cr_expect_eq(mtime_ns(cell_of(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
+
+    /* one cell killed by the fault hook: only it runs again */
+    json_t *victim = cell_of(idx, "0.1_2");
+    char base[PATH_MAX];
+    cr_assert_not_null(realpath("configs/toy.cfg", base));
+    sh(NULL, 0, "MPX_FAULT_AT_STEP=5 build/bin/mpx run %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
+       "-s optimizer.lr=0.1 -s run.seed=2 --out %s >/dev/null 2>&1", base, dir,
+       json_string_value(json_object_get(victim, "dir")));
+    cr_assert_str_eq(status_of(victim), "killed");
+    cr_assert_eq(sweep(dir, file, "", "--dry-run", out, sizeof out), 0);
+    cr_expect(strstr(out, "todo      0.1_2"), "%s", out);
+    cr_expect(strstr(out, "finished  0.05_1"), "%s", out);
+    cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "ran 1 now"), "%s", out);
+    cr_expect_str_eq(status_of(victim), "finished");
+    for (int i = 0; i < 3; i++) cr_expect_eq(mtime_ns(cell_of(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
+
+    /* a record left "running" by a process that is gone is stale: run again */
+    json_t *r = record_of(victim);
+    json_object_set_new(r, "status", json_string("running"));
+    json_object_set_new(r, "pid", json_integer(2147483600));
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/run.json", json_string_value(json_object_get(victim, "dir")));
+    cr_assert_eq(json_dump_file(r, path, 0), 0);
+    json_decref(r);
+    cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "ran 1 now"), "%s", out);
+    cr_expect_str_eq(status_of(victim), "finished");
+    json_decref(idx);
+}
+
+Test(sweep, cells_killed_by_the_fault_hook_are_unfinished_then_resumed)
+{
+    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    char *file = sweep_file(dir, "k", "{ key = \"run.seed\"; values = (1, 2); }");
+    cr_expect_eq(sweep(dir, file, "MPX_FAULT_AT_STEP=3", "", out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "0 finished") && strstr(out, "2 unfinished"), "%s", out);
+    snprintf(idx_path, sizeof idx_path, "%s/out/k/sweep.json", dir);
+    json_t *idx = load(idx_path);
+    cr_expect_str_eq(status_of(cell_of(idx, "1")), "killed");
+    cr_expect_str_eq(status_of(cell_of(idx, "2")), "killed");
+    cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "ran 2 now"), "%s", out);
+    cr_expect_str_eq(status_of(cell_of(idx, "1")), "finished");
+    json_decref(idx);
+}
+
+Test(sweep, failed_cells_are_retried_only_when_asked)
+{
+    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    /* 0 is refused by the configuration (never started); 600 fails at run time */
+    char *file = sweep_file(dir, "f", "{ key = \"train.batch_size\"; values = (32, 0, 600); }");
+    cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "1 finished") && strstr(out, "2 failed") && strstr(out, "ran 2 now"), "%s", out);
+    snprintf(idx_path, sizeof idx_path, "%s/out/f/sweep.json", dir);
+    json_t *idx = load(idx_path), *r = record_of(cell_of(idx, "0"));
+    cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "failed");
+    const char *err = json_string_value(json_object_get(r, "error"));
+    cr_expect(err && strstr(err, "train.batch_size"), "%s", err ? err : "(none)");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(r, "cell"), "axes"), "train.batch_size")), 0);
+    json_decref(r);
+    cr_expect_str_eq(status_of(cell_of(idx, "600")), "failed");
+    long long t600 = mtime_ns(cell_of(idx, "600"));
+    cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 1);
+    cr_expect(strstr(out, "ran 0 now"), "%s", out);
+    cr_expect_eq(mtime_ns(cell_of(idx, "600")), t600);
+    cr_expect_eq(sweep(dir, file, "", "--retry-failed", out, sizeof out), 1);
+    cr_expect(strstr(out, "ran 1 now"), "%s", out);
+    json_decref(idx);
+}
+
+Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
+{
+    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX], plugins[PATH_MAX];
+    /* only the test plugin in its folder: the other test plugins are broken on purpose */
+    snprintf(plugins, sizeof plugins, "%s/plugins", dir);
+    cr_assert_eq(sh(NULL, 0, "mkdir -p %s && cp build/test-plugins/incompat_precision.so %s/", plugins, plugins), 0);
+    char *file = sweep_file(dir, "s", "{ key = \"precision.plugin\"; values = (\"fp32\", \"incompat-test\", \"no-such-policy\"); }");
+    char extra[PATH_MAX + 32];
+    snprintf(extra, sizeof extra, "--plugin-dir %s", plugins);
+    cr_expect_eq(sweep(dir, file, "", extra, out, sizeof out), 0, "%s", out); /* skipped cells do not fail a sweep */
+    cr_expect(strstr(out, "1 finished, 2 skipped") && strstr(out, "ran 1 now"), "%s", out);
+    snprintf(idx_path, sizeof idx_path, "%s/out/s/sweep.json", dir);
+    json_t *idx = load(idx_path);
+
+    json_t *c = cell_of(idx, "incompat-test"), *r = record_of(c);
+    cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "skipped");
+    const char *why = json_string_value(json_object_get(r, "reason"));
+    cr_assert_not_null(why);
+    cr_expect(strstr(why, "precision/incompat-test cannot be combined with optimizer/sgd") &&
+              strstr(why, "momentum SGD is declared unsupported"), "%s", why);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(r, "cell"), "axes"),
+                                                       "precision.plugin")), "incompat-test");
+    cr_expect_str_eq(json_string_value(json_object_get(c, "state")), "skipped");
+    json_decref(r);
+
+    r = record_of(cell_of(idx, "no-such-policy"));
+    cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "skipped");
+    why = json_string_value(json_object_get(r, "reason"));
+    cr_expect(why && strstr(why, "precision/no-such-policy not found (searched: ") && strstr(why, plugins), "%s", why);
+    json_decref(r);
+
+    /* the matrix shows both as skipped with their reasons, and the finished cell's value */
+    char cmd_out[65536];
+    cr_assert_eq(sh(cmd_out, sizeof cmd_out, "build/bin/mpx matrix %s/out/s --rows precision.plugin --cols optimizer.plugin "
+                    "--metric final_loss 2>&1", dir), 0);
+    cr_expect(strstr(cmd_out, "| incompat-test | skipped [") && strstr(cmd_out, "| no-such-policy | skipped ["), "%s", cmd_out);
+    cr_expect(strstr(cmd_out, "] skipped: precision/incompat-test cannot be combined with optimizer/sgd"), "%s", cmd_out);
+    cr_expect(strstr(cmd_out, "] skipped: precision/no-such-policy not found"), "%s", cmd_out);
+    r = record_of(cell_of(idx, "fp32"));
+    char want[128];
+    snprintf(want, sizeof want, "| fp32 | %.4g |", json_real_value(json_object_get(json_object_get(r, "metrics"), "final_loss")));
+    cr_expect(strstr(cmd_out, want), "want %s in\n%s", want, cmd_out);
+    json_decref(r);
+
+    /* resuming leaves the skipped records alone */
+    long long t = mtime_ns(cell_of(idx, "incompat-test"));
+    cr_expect_eq(sweep(dir, file, "", extra, out, sizeof out), 0);
+    cr_expect(strstr(out, "ran 0 now"), "%s", out);
+    cr_expect_eq(mtime_ns(cell_of(idx, "incompat-test")), t);
+    json_decref(idx);
+}
+
+Test(sweep, bad_sweep_files_name_the_file_and_line)
+{
+    char *dir = tmp_dir(), out[8192], path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/bad.cfg", dir);
+    write_file(path, "base = \"../toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 1); } );\n");
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
+    cr_expect(strstr(out, "bad.cfg:2") && strstr(out, "twice"), "%s", out);
+    write_file(path, "base = \"../toy.cfg\";\nfoo = 1;\naxes = ( { key = \"run.seed\"; values = (1); } );\n");
+    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
+    cr_expect(strstr(out, "bad.cfg:2") && strstr(out, "'foo'"), "%s", out);
+}
