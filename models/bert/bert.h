@@ -1,0 +1,146 @@
+/* bert-qa internals shared by the plugin's files.
+ *
+ *   bert_config.c      config.json -> bert_config
+ *   safetensors.c      the safetensors reader/writer (safetensors.h)
+ *   bert_params.c      the parameter table and the dropout sites
+ *   bert_checkpoint.c  init_weights (checkpoint, seeded init) and save
+ *   bert_bind.c        activation and workspace buffers (role scratch)
+ *   bert_forward.c     forward: embeddings, encoder layers, QA head, loss
+ *   bert_backward.c    backward of all of it into the flat grads buffer
+ *   bert_plugin.c      descriptor, options, vtable
+ */
+#ifndef MPX_BERT_H
+#define MPX_BERT_H
+
+#include <mpx/mpx.h>
+
+typedef struct bert_config {
+    int vocab, hidden, layers, heads, inter, max_pos, type_vocab;
+    int pad_id;               /* pad_token_id: its embedding row gets no gradient (-1: none) */
+    double ln_eps, hidden_dropout, attn_dropout, init_range;
+    char *text;               /* config.json as read, written back by save */
+    char *path;               /* for messages */
+} bert_config;
+
+int bert_config_read(mpx_env *env, const char *path, bert_config *cfg);
+void bert_config_free(bert_config *cfg);
+
+/* Parameter indices: 5 embedding tensors, 16 per layer, 2 for the QA head. */
+enum {
+    P_WORD = 0, P_POS, P_TYPE, P_EMB_LN_W, P_EMB_LN_B, P_EMB_COUNT
+};
+enum {
+    L_Q_W = 0, L_Q_B, L_K_W, L_K_B, L_V_W, L_V_B, L_AO_W, L_AO_B, L_LN1_W, L_LN1_B,
+    L_FI_W, L_FI_B, L_FO_W, L_FO_B, L_LN2_W, L_LN2_B, L_COUNT
+};
+/* Dropout sites: one on the embeddings, three per layer. */
+enum { S_ATTN_PROBS = 0, S_ATTN_OUT, S_FFN_OUT, S_PER_LAYER };
+
+#define BERT_DROPOUT_SITE_BASE 0x100u   /* dropout site k has id BASE + k */
+#define BERT_PARAM_SITE_BASE 0x10000u   /* parameter i has site BASE + i */
+
+/* Activations kept for backward, one set per layer. */
+typedef struct bert_layer_act {
+    void *q, *k, *v, *ctx;    /* [T, H] act */
+    void *probs;              /* [B, NH, S, S] softmax dtype, before dropout */
+    void *r1, *r2;            /* [T, H] residual dtype: layernorm inputs */
+    void *x1, *x2;            /* [T, H] layernorm dtype: outputs */
+    float *mean1, *rstd1, *mean2, *rstd2;
+    void *ff1, *gel;          /* [T, I] act: before and after GELU */
+} bert_layer_act;
+
+typedef struct bert {
+    mpx_env *env;
+    bert_config cfg;
+    char *ckpt_dir, *extra_tensors;
+    int random_init;
+    float p_hidden, p_attn;
+
+    size_t n_params;
+    mpx_param_info *params;
+    size_t n_sites;
+    mpx_site *sites;
+    char *names;              /* one block holding every param and site name */
+
+    /* bound state */
+    const mpx_ops *ops;
+    void *be;
+    int bound;
+    mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
+    mpx_arg W, G;
+    size_t *off;
+    int max_b, max_s;
+
+    void **scratch;           /* every scratch allocation, for release */
+    size_t n_scratch, cap_scratch;
+
+    bert_layer_act *act;
+    void *emb, *x0n, *x0;     /* [T, H]: embedding sum (res), LN out, dropout out (ln) */
+    float *mean0, *rstd0;
+    void *ta, *tb;            /* [T, H] act temporaries */
+    void *pd;                 /* [B, NH, S, S] dropped probabilities */
+    void *gp1, *gp2;          /* [B, NH, S, S] 4-byte elements: scores / their grads */
+    void *gx, *gr, *ga, *gb, *gq, *gk, *gv, *gctx; /* [T, H] grads */
+    void *gff, *gff2;         /* [T, I] grads */
+    void *logits[2];          /* [T] start / end, as output (act or eval dtype) */
+    void *loss_logits[2];     /* [T] in the loss dtype when that differs */
+    void *dlogits[2];         /* [T] loss dtype */
+    float *mask;              /* [B, S] additive fp32 */
+    int32_t *pos_ids;         /* [B, S] backend */
+    int32_t *h_ids, *h_pos;   /* host copies for validation and position ids */
+
+    /* the last forward */
+    int cur_b, cur_s, drop_on, has_labels, has_forward;
+    mpx_dtype logits_t;
+    uint32_t tick;
+    const int32_t *labels[2];
+    const int32_t *in_ids, *in_seg;
+} bert;
+
+/* bert_params.c */
+int bert_params_build(bert *m);
+void bert_params_free(bert *m);
+size_t bert_layer_param(int layer, int which);
+size_t bert_head_param(const bert *m, int which); /* 0 weight, 1 bias */
+int bert_find_param(const bert *m, const char *name);
+
+/* bert_checkpoint.c */
+int bert_init_weights(bert *m, float *flat, const size_t *offsets, uint64_t seed);
+int bert_save(bert *m, const char *dir, const float *flat, const size_t *offsets);
+void bert_init_normal(float *dst, size_t n, float std, uint64_t seed, uint32_t site);
+
+/* bert_bind.c */
+int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq);
+void bert_unbind(bert *m);
+
+/* bert_forward.c / bert_backward.c */
+int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out);
+int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumulate);
+
+/* GEMM helpers shared by forward and backward (bert_forward.c). C = alpha op(A) op(B) + beta C
+ * with the precision's GEMM compute dtype; strides for batched calls (batch = 1: plain). */
+typedef struct bert_mat { mpx_arg p; int ld; long long stride; } bert_mat;
+int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
+              float beta, bert_mat c, int batch);
+static inline bert_mat bert_mat_of(mpx_arg p, int ld) { bert_mat r = { p, ld, 0 }; return r; }
+/* y[T, out] = x[T, in] W^T (+ bias) with W [out, in] parameter `w` (bias `w + 1`) */
+int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out);
+/* The last layer's output (the embeddings' when there are no layers), layernorm dtype. */
+mpx_arg bert_last_hidden(const bert *m);
+/* Dropout site id of layer l's place s (S_*), or of the embeddings (l = -1). */
+static inline uint32_t bert_site(int l, int s)
+{
+    return BERT_DROPOUT_SITE_BASE + (l < 0 ? 0u : 1u + (uint32_t)l * S_PER_LAYER + (uint32_t)s);
+}
+
+/* Shorthands used by forward and backward. */
+static inline mpx_arg bert_w(const bert *m, size_t p) { return mpx_at(m->W, m->off[p]); }
+static inline mpx_arg bert_g(const bert *m, size_t p) { return mpx_at(m->G, m->off[p]); }
+static inline size_t bert_numel(const bert *m, size_t p)
+{
+    size_t n = 1;
+    for (int d = 0; d < m->params[p].ndim; d++) n *= (size_t)m->params[p].shape[d];
+    return n;
+}
+
+#endif

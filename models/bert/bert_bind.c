@@ -1,0 +1,144 @@
+/* bind: the dtypes of the effective precision descriptor, and every activation and
+ * workspace buffer, sized once for max_batch x max_seq (role scratch). */
+#include "bert.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *scratch(bert *m, size_t bytes, const char *what, int *rc)
+{
+    if (*rc) return NULL;
+    if (m->n_scratch == m->cap_scratch) {
+        size_t cap = m->cap_scratch ? 2 * m->cap_scratch : 64;
+        void **p = realloc(m->scratch, cap * sizeof *p);
+        if (!p) { *rc = MPX_FAIL(m->env, "out of memory"); return NULL; }
+        m->scratch = p;
+        m->cap_scratch = cap;
+    }
+    void *p = m->env->host->alloc(m->env, MPX_ROLE_SCRATCH, bytes ? bytes : 1, what);
+    if (!p) { *rc = MPX_FAIL(m->env, "cannot allocate %zu bytes for %s", bytes, what); return NULL; }
+    m->scratch[m->n_scratch++] = p;
+    return p;
+}
+
+static void pick_dtypes(bert *m)
+{
+    const mpx_precision_desc *d = m->env->host->precision(m->env);
+    m->dt_w = d->weights;
+    m->dt_gemm = d->gemm_in;
+    m->dt_act = d->act;
+    m->dt_grad = d->grads;
+    m->dt_eval = d->eval_logits;
+    m->dt_ln = mpx_island_dtype(d, MPX_ISLAND_LAYERNORM);
+    m->dt_sm = mpx_island_dtype(d, MPX_ISLAND_SOFTMAX);
+    m->dt_loss = mpx_island_dtype(d, MPX_ISLAND_LOSS);
+    m->dt_res = mpx_island_dtype(d, MPX_ISLAND_RESIDUAL);
+}
+
+static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
+{
+    bert_layer_act *a = &m->act[l];
+    const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.inter;
+    const size_t act = mpx_dtype_size(m->dt_act), res = mpx_dtype_size(m->dt_res), ln = mpx_dtype_size(m->dt_ln);
+    char what[64];
+#define BUF(field, bytes, label) \
+    (snprintf(what, sizeof what, "bert layer %d %s", l, label), a->field = scratch(m, bytes, what, rc))
+    BUF(q, T * H * act, "query");
+    BUF(k, T * H * act, "key");
+    BUF(v, T * H * act, "value");
+    BUF(ctx, T * H * act, "context");
+    BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
+    BUF(r1, T * H * res, "attention residual");
+    BUF(r2, T * H * res, "ffn residual");
+    BUF(x1, T * H * ln, "attention layernorm");
+    BUF(x2, T * H * ln, "ffn layernorm");
+    BUF(mean1, T * 4, "layernorm mean");
+    BUF(rstd1, T * 4, "layernorm rstd");
+    BUF(mean2, T * 4, "layernorm mean");
+    BUF(rstd2, T * 4, "layernorm rstd");
+    BUF(ff1, T * I * act, "intermediate");
+    BUF(gel, T * I * act, "gelu");
+#undef BUF
+    return *rc;
+}
+
+static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
+{
+    const size_t H = (size_t)m->cfg.hidden, I = (size_t)m->cfg.inter;
+    const size_t act = mpx_dtype_size(m->dt_act), res = mpx_dtype_size(m->dt_res), ln = mpx_dtype_size(m->dt_ln);
+    m->emb = scratch(m, T * H * res, "bert embedding sum", rc);
+    m->x0n = scratch(m, T * H * ln, "bert embedding layernorm", rc);
+    m->x0 = scratch(m, T * H * ln, "bert embedding dropout", rc);
+    m->mean0 = scratch(m, T * 4, "bert embedding layernorm mean", rc);
+    m->rstd0 = scratch(m, T * 4, "bert embedding layernorm rstd", rc);
+    m->ta = scratch(m, T * H * act, "bert dense output", rc);
+    m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
+    m->pd = scratch(m, probs * mpx_dtype_size(m->dt_sm), "bert dropped probabilities", rc);
+    m->gp1 = scratch(m, probs * 4, "bert scores / probability grads", rc);
+    m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
+    void **th[] = { &m->gx, &m->gr, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };
+    for (size_t i = 0; i < MPX_COUNT(th); i++) *th[i] = scratch(m, T * H * 4, "bert hidden grads", rc);
+    m->gff = scratch(m, T * I * 4, "bert intermediate grads", rc);
+    m->gff2 = scratch(m, T * I * 4, "bert intermediate grads", rc);
+    for (int i = 0; i < 2; i++) {
+        m->logits[i] = scratch(m, T * 4, "bert logits", rc);
+        m->loss_logits[i] = scratch(m, T * 4, "bert loss logits", rc);
+        m->dlogits[i] = scratch(m, T * 4, "bert logit grads", rc);
+    }
+    m->mask = scratch(m, T * 4, "bert attention mask", rc);
+    m->pos_ids = scratch(m, T * 4, "bert position ids", rc);
+    return *rc;
+}
+
+int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
+{
+    if (m->bound) bert_unbind(m);
+    if (max_batch < 1 || max_seq < 1)
+        return MPX_FAIL(m->env, "bind: max_batch %d and max_seq %d must be positive", max_batch, max_seq);
+    if (max_seq > m->cfg.max_pos)
+        return MPX_FAIL(m->env, "bind: max_seq %d exceeds max_position_embeddings %d of %s",
+                        max_seq, m->cfg.max_pos, m->cfg.path);
+    m->ops = m->env->host->ops(m->env, &m->be);
+    if (!m->ops) return MPX_FAIL(m->env, "bind: the host has no compute backend");
+    pick_dtypes(m);
+    if (b->weights.t != m->dt_w || b->grads.t != m->dt_grad)
+        return MPX_FAIL(m->env, "bind: weights are %s and grads %s but the precision says %s and %s",
+                        mpx_dtype_name(b->weights.t), mpx_dtype_name(b->grads.t),
+                        mpx_dtype_name(m->dt_w), mpx_dtype_name(m->dt_grad));
+    m->W = b->weights;
+    m->G = b->grads;
+    m->off = malloc(m->n_params * sizeof *m->off);
+    m->act = calloc((size_t)m->cfg.layers + 1, sizeof *m->act);
+    m->h_ids = malloc((size_t)max_batch * (size_t)max_seq * sizeof(int32_t));
+    m->h_pos = malloc((size_t)max_batch * (size_t)max_seq * sizeof(int32_t));
+    if (!m->off || !m->act || !m->h_ids || !m->h_pos) { bert_unbind(m); return MPX_FAIL(m->env, "out of memory"); }
+    memcpy(m->off, b->offsets, m->n_params * sizeof *m->off);
+    m->max_b = max_batch;
+    m->max_s = max_seq;
+    m->bound = 1;
+    const size_t T = (size_t)max_batch * (size_t)max_seq;
+    const size_t probs = T * (size_t)max_seq * (size_t)m->cfg.heads;
+    int rc = 0;
+    for (int l = 0; l < m->cfg.layers && !rc; l++) alloc_layer(m, l, T, probs, &rc);
+    if (!rc) alloc_shared(m, T, probs, &rc);
+    if (rc) bert_unbind(m);
+    return rc;
+}
+
+void bert_unbind(bert *m)
+{
+    for (size_t i = m->n_scratch; i-- > 0;) m->env->host->release(m->env, m->scratch[i]);
+    free(m->scratch);
+    free(m->off);
+    free(m->act);
+    free(m->h_ids);
+    free(m->h_pos);
+    m->scratch = NULL;
+    m->n_scratch = m->cap_scratch = 0;
+    m->off = NULL;
+    m->act = NULL;
+    m->h_ids = m->h_pos = NULL;
+    m->bound = 0;
+    m->has_forward = 0;
+}

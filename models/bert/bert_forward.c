@@ -1,0 +1,273 @@
+/* Forward: embeddings (word + position + token type, LayerNorm, dropout), post-LN
+ * encoder layers (self-attention with the additive (1 - mask) * -10000 bias as
+ * BingBertSquad, GELU erf feed-forward), QA head, mean of start and end cross-entropy.
+ *
+ * Dtypes (effective precision descriptor): weights in `weights`; every GEMM rounds its
+ * inputs to `gemm_in`; GEMM outputs, GELU, attention and hidden dropout in `act`;
+ * layernorm outputs, the softmax output (and its dropout) and the residual sums in their
+ * island dtypes; logits in `act` when training (cast to the loss island for the loss),
+ * in `eval_logits` at evaluation. Attention scores are scaled by 1/sqrt(head size) in
+ * the GEMM (fp32 alpha, before rounding), so the softmax runs with scale 1. */
+#include "bert.h"
+
+#include <math.h>
+#include <string.h>
+
+int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
+              float beta, bert_mat c, int batch)
+{
+    mpx_gemm g = {
+        .trans_a = ta, .trans_b = tb, .m = M, .n = N, .k = K, .alpha = alpha, .beta = beta,
+        .a = a.p, .lda = a.ld, .stride_a = a.stride,
+        .b = b.p, .ldb = b.ld, .stride_b = b.stride,
+        .c = c.p, .ldc = c.ld, .stride_c = c.stride,
+        .batch = batch, .compute = m->dt_gemm,
+    };
+    return m->ops->gemm(m->be, &g);
+}
+
+int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out)
+{
+    MPX_TRY(bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in),
+                      0.0f, bert_mat_of(y, out), 1));
+    return m->ops->bias_add(m->be, y, bert_w(m, w + 1), y, (size_t)T, (size_t)out);
+}
+
+/* y = dropout(x) when on; otherwise x itself (no copy). */
+static mpx_arg dropout(bert *m, mpx_arg x, void *buf, size_t n, float p, uint32_t site, int *rc)
+{
+    if (*rc || !m->drop_on || p <= 0.0f) return x;
+    mpx_arg y = mpx_a(buf, x.t);
+    mpx_rng rng = { m->env->host->seed(m->env), site, m->tick };
+    *rc = m->ops->dropout_fwd(m->be, x, y, n, p, rng);
+    return y;
+}
+
+/* ---- inputs ---- */
+
+static int get_input(bert *m, const mpx_batch *b, const char *name, int rows, int cols, const int32_t **out)
+{
+    const mpx_itensor *t = mpx_batch_get(b, name);
+    if (!t) return MPX_FAIL(m->env, "batch has no tensor '%s'", name);
+    int64_t n = t->ndim == 1 ? t->shape[0] : t->ndim == 2 ? t->shape[0] * t->shape[1] : -1;
+    int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) : n == rows;
+    if ((!ok || !t->data) && cols)
+        return MPX_FAIL(m->env, "batch tensor '%s' must be int32 [%d, %d] like input_ids", name, rows, cols);
+    if (!ok || !t->data)
+        return MPX_FAIL(m->env, "batch tensor '%s' must hold %d int32 labels (one per example)", name, rows);
+    *out = t->data;
+    return 0;
+}
+
+/* Copies n int32 values to the host and checks them against [0, limit). */
+static int check_range(bert *m, const int32_t *dev, size_t n, int limit, const char *name, const char *what)
+{
+    MPX_TRY(m->ops->to_host(m->be, m->h_ids, dev, n * sizeof(int32_t)));
+    for (size_t i = 0; i < n; i++)
+        if (m->h_ids[i] < 0 || m->h_ids[i] >= limit)
+            return MPX_FAIL(m->env, "batch tensor '%s'[%zu] = %d is outside [0, %d) (%s)", name, i,
+                            (int)m->h_ids[i], limit, what);
+    return 0;
+}
+
+/* The additive mask (1 - mask) * -10000 and the position ids, made on the host. */
+static int prepare_mask_positions(bert *m, const int32_t *mask, int B, int S)
+{
+    const size_t T = (size_t)B * (size_t)S;
+    MPX_TRY(m->ops->to_host(m->be, m->h_ids, mask, T * sizeof(int32_t)));
+    float *hm = (float *)m->h_pos; /* same size as T int32 */
+    for (size_t i = 0; i < T; i++) {
+        if (m->h_ids[i] != 0 && m->h_ids[i] != 1)
+            return MPX_FAIL(m->env, "batch tensor 'input_mask'[%zu] = %d (0 or 1 expected)", i, (int)m->h_ids[i]);
+        hm[i] = (float)(1 - m->h_ids[i]) * -10000.0f;
+    }
+    MPX_TRY(m->ops->to_device(m->be, m->mask, hm, T * sizeof(float)));
+    for (size_t i = 0; i < T; i++) m->h_pos[i] = (int32_t)(i % (size_t)S);
+    return m->ops->to_device(m->be, m->pos_ids, m->h_pos, T * sizeof(int32_t));
+}
+
+static int read_inputs(bert *m, const mpx_batch *b)
+{
+    const mpx_itensor *ids = mpx_batch_get(b, "input_ids");
+    if (!ids || ids->ndim != 2) return MPX_FAIL(m->env, "batch has no 2-D int32 tensor 'input_ids'");
+    if (ids->shape[0] < 1 || ids->shape[0] > m->max_b || ids->shape[1] < 1 || ids->shape[1] > m->max_s)
+        return MPX_FAIL(m->env, "batch 'input_ids' is [%lld, %lld] but bind allowed up to [%d, %d]",
+                        (long long)ids->shape[0], (long long)ids->shape[1], m->max_b, m->max_s);
+    const int B = (int)ids->shape[0], S = (int)ids->shape[1];
+    const int32_t *mask;
+    MPX_TRY(get_input(m, b, "input_ids", B, S, &m->in_ids));
+    MPX_TRY(get_input(m, b, "segment_ids", B, S, &m->in_seg));
+    MPX_TRY(get_input(m, b, "input_mask", B, S, &mask));
+    MPX_TRY(check_range(m, m->in_ids, (size_t)B * S, m->cfg.vocab, "input_ids", "vocab_size"));
+    MPX_TRY(check_range(m, m->in_seg, (size_t)B * S, m->cfg.type_vocab, "segment_ids", "type_vocab_size"));
+    m->has_labels = mpx_batch_get(b, "start_positions") && mpx_batch_get(b, "end_positions");
+    if (m->has_labels) {
+        MPX_TRY(get_input(m, b, "start_positions", B, 0, &m->labels[0]));
+        MPX_TRY(get_input(m, b, "end_positions", B, 0, &m->labels[1]));
+        MPX_TRY(check_range(m, m->labels[0], (size_t)B, S, "start_positions", "sequence length"));
+        MPX_TRY(check_range(m, m->labels[1], (size_t)B, S, "end_positions", "sequence length"));
+    }
+    m->cur_b = B;
+    m->cur_s = S;
+    return prepare_mask_positions(m, mask, B, S);
+}
+
+/* ---- the network ---- */
+
+static int embeddings(bert *m)
+{
+    const size_t T = (size_t)m->cur_b * m->cur_s, H = (size_t)m->cfg.hidden;
+    mpx_arg e = mpx_a(m->emb, m->dt_res), t = mpx_a(m->gr, m->dt_res); /* gr: free until backward */
+    const mpx_ops *o = m->ops;
+    MPX_TRY(o->embedding_fwd(m->be, m->in_ids, T, bert_w(m, P_WORD), H, e));
+    MPX_TRY(o->embedding_fwd(m->be, m->pos_ids, T, bert_w(m, P_POS), H, t));
+    MPX_TRY(o->add(m->be, e, t, e, T * H));
+    MPX_TRY(o->embedding_fwd(m->be, m->in_seg, T, bert_w(m, P_TYPE), H, t));
+    MPX_TRY(o->add(m->be, e, t, e, T * H));
+    MPX_TRY(o->layernorm_fwd(m->be, e, bert_w(m, P_EMB_LN_W), bert_w(m, P_EMB_LN_B), mpx_a(m->x0n, m->dt_ln),
+                             m->mean0, m->rstd0, T, H, (float)m->cfg.ln_eps));
+    int rc = 0;
+    mpx_arg x = dropout(m, mpx_a(m->x0n, m->dt_ln), m->x0, T * H, m->p_hidden, bert_site(-1, 0), &rc);
+    if (!rc && x.p != m->x0) rc = o->copy(m->be, m->x0, x.p, T * H * mpx_dtype_size(m->dt_ln));
+    return rc;
+}
+
+/* Scores [b, h] = Q[b, :, h, :] K[b, :, h, :]^T / sqrt(D), one batched GEMM per example. */
+static int attention_scores(bert *m, const bert_layer_act *a, mpx_arg sc)
+{
+    const int S = m->cur_s, H = m->cfg.hidden, NH = m->cfg.heads, D = H / NH;
+    const size_t SH = (size_t)S * H, SS = (size_t)S * S;
+    for (int b = 0; b < m->cur_b; b++) {
+        bert_mat q = { mpx_at(mpx_a(a->q, m->dt_act), b * SH), H, D };
+        bert_mat k = { mpx_at(mpx_a(a->k, m->dt_act), b * SH), H, D };
+        bert_mat c = { mpx_at(sc, b * NH * SS), S, (long long)SS };
+        MPX_TRY(bert_gemm(m, 0, 1, S, S, D, 1.0f / sqrtf((float)D), q, k, 0.0f, c, NH));
+    }
+    return 0;
+}
+
+/* ctx[b, :, h, :] = P[b, h] V[b, :, h, :] */
+static int attention_context(bert *m, const bert_layer_act *a, mpx_arg p)
+{
+    const int S = m->cur_s, H = m->cfg.hidden, NH = m->cfg.heads, D = H / NH;
+    const size_t SH = (size_t)S * H, SS = (size_t)S * S;
+    for (int b = 0; b < m->cur_b; b++) {
+        bert_mat pm = { mpx_at(p, b * NH * SS), S, (long long)SS };
+        bert_mat v = { mpx_at(mpx_a(a->v, m->dt_act), b * SH), H, D };
+        bert_mat c = { mpx_at(mpx_a(a->ctx, m->dt_act), b * SH), H, D };
+        MPX_TRY(bert_gemm(m, 0, 0, S, D, S, 1.0f, pm, v, 0.0f, c, NH));
+    }
+    return 0;
+}
+
+static int self_attention(bert *m, int l, mpx_arg x)
+{
+    bert_layer_act *a = &m->act[l];
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const size_t n_probs = (size_t)T * m->cur_s * m->cfg.heads;
+    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_Q_W), mpx_a(a->q, m->dt_act), T, H, H));
+    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_K_W), mpx_a(a->k, m->dt_act), T, H, H));
+    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_V_W), mpx_a(a->v, m->dt_act), T, H, H));
+    mpx_arg sc = mpx_a(m->gp1, m->dt_act), probs = mpx_a(a->probs, m->dt_sm);
+    MPX_TRY(attention_scores(m, a, sc));
+    MPX_TRY(m->ops->softmax_fwd(m->be, sc, mpx_a(m->mask, MPX_F32), probs, (size_t)m->cur_b,
+                                (size_t)m->cfg.heads, (size_t)m->cur_s, (size_t)m->cur_s, 1.0f));
+    int rc = 0;
+    mpx_arg pd = dropout(m, probs, m->pd, n_probs, m->p_attn, bert_site(l, S_ATTN_PROBS), &rc);
+    return rc ? rc : attention_context(m, a, pd);
+}
+
+/* out = LN(dropout(dense(in)) + resid); `in` is [T, n_in] act, r the residual sum kept. */
+static int dense_residual_norm(bert *m, int l, size_t w, mpx_arg in, int n_in, mpx_arg resid,
+                               int site, void *r, void *out, float *mean, float *rstd, size_t ln_w)
+{
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const size_t n = (size_t)T * H;
+    mpx_arg t = mpx_a(m->ta, m->dt_act), rs = mpx_a(r, m->dt_res);
+    MPX_TRY(bert_linear_fwd(m, in, w, t, T, n_in, H));
+    int rc = 0;
+    mpx_arg d = dropout(m, t, m->tb, n, m->p_hidden, bert_site(l, site), &rc);
+    MPX_TRY(rc);
+    MPX_TRY(m->ops->add(m->be, d, resid, rs, n));
+    return m->ops->layernorm_fwd(m->be, rs, bert_w(m, ln_w), bert_w(m, ln_w + 1), mpx_a(out, m->dt_ln),
+                                 mean, rstd, (size_t)T, (size_t)H, (float)m->cfg.ln_eps);
+}
+
+static int encoder_layer(bert *m, int l, mpx_arg x)
+{
+    bert_layer_act *a = &m->act[l];
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden, I = m->cfg.inter;
+    MPX_TRY(self_attention(m, l, x));
+    MPX_TRY(dense_residual_norm(m, l, bert_layer_param(l, L_AO_W), mpx_a(a->ctx, m->dt_act), H, x,
+                                S_ATTN_OUT, a->r1, a->x1, a->mean1, a->rstd1, bert_layer_param(l, L_LN1_W)));
+    mpx_arg x1 = mpx_a(a->x1, m->dt_ln), ff1 = mpx_a(a->ff1, m->dt_act), gel = mpx_a(a->gel, m->dt_act);
+    MPX_TRY(bert_linear_fwd(m, x1, bert_layer_param(l, L_FI_W), ff1, T, H, I));
+    MPX_TRY(m->ops->gelu_fwd(m->be, ff1, gel, (size_t)T * I));
+    return dense_residual_norm(m, l, bert_layer_param(l, L_FO_W), gel, I, x1, S_FFN_OUT, a->r2, a->x2,
+                               a->mean2, a->rstd2, bert_layer_param(l, L_LN2_W));
+}
+
+mpx_arg bert_last_hidden(const bert *m)
+{
+    return m->cfg.layers ? mpx_a(m->act[m->cfg.layers - 1].x2, m->dt_ln) : mpx_a(m->x0, m->dt_ln);
+}
+
+/* start/end logits: one n = 1 GEMM per row of qa_outputs.weight, so each comes out
+ * contiguous as [B, S] without a strided copy. */
+static int qa_head(bert *m)
+{
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const size_t hw = bert_head_param(m, 0);
+    for (int i = 0; i < 2; i++) {
+        mpx_arg y = mpx_a(m->logits[i], m->logits_t);
+        MPX_TRY(bert_gemm(m, 0, 1, T, 1, H, 1.0f, bert_mat_of(bert_last_hidden(m), H),
+                          bert_mat_of(mpx_at(bert_w(m, hw), (size_t)i * H), H), 0.0f, bert_mat_of(y, 1), 1));
+        MPX_TRY(m->ops->bias_add(m->be, y, mpx_at(bert_w(m, hw + 1), (size_t)i), y, (size_t)T, 1));
+    }
+    return 0;
+}
+
+static int loss(bert *m, double *out)
+{
+    const size_t B = (size_t)m->cur_b, S = (size_t)m->cur_s;
+    double l[2];
+    for (int i = 0; i < 2; i++) {
+        mpx_arg lg = mpx_a(m->logits[i], m->logits_t);
+        if (lg.t != m->dt_loss) {
+            mpx_arg c = mpx_a(m->loss_logits[i], m->dt_loss);
+            MPX_TRY(m->ops->cast(m->be, lg, c, B * S));
+            lg = c;
+        }
+        MPX_TRY(m->ops->cross_entropy(m->be, lg, m->labels[i], B, S, &l[i], mpx_a(NULL, m->dt_loss), 1.0f));
+    }
+    *out = 0.5 * (l[0] + l[1]);
+    return 0;
+}
+
+int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out)
+{
+    if (!m->bound) return MPX_FAIL(m->env, "forward before bind");
+    m->has_forward = 0;
+    MPX_TRY(read_inputs(m, batch));
+    m->drop_on = batch->training != 0;
+    m->tick = batch->tick;
+    m->logits_t = batch->training ? m->dt_act : m->dt_eval;
+    MPX_TRY(embeddings(m));
+    mpx_arg x = mpx_a(m->x0, m->dt_ln);
+    for (int l = 0; l < m->cfg.layers; l++) {
+        MPX_TRY(encoder_layer(m, l, x));
+        x = mpx_a(m->act[l].x2, m->dt_ln);
+    }
+    MPX_TRY(qa_head(m));
+    out->loss = NAN;
+    if (m->has_labels) MPX_TRY(loss(m, &out->loss));
+    out->n_outputs = 2;
+    out->names[0] = "start_logits";
+    out->names[1] = "end_logits";
+    out->outputs[0] = mpx_a(m->logits[0], m->logits_t);
+    out->outputs[1] = mpx_a(m->logits[1], m->logits_t);
+    out->rows = (size_t)m->cur_b;
+    out->cols = (size_t)m->cur_s;
+    m->has_forward = 1;
+    return 0;
+}
