@@ -69,6 +69,21 @@ static int run_dir(const mpx_session *s, const char *out_dir, int train, char *d
     return snprintf(dir, len, "%s/%s%s", out, name, train ? "" : "-eval") >= (int)len ? -1 : 0;
 }
 
+/* sha256 of the checkpoint the run starts from (model.checkpoint), when there is one. */
+static json_t *checkpoint_files(const mpx_session *s)
+{
+    json_t *o = json_object();
+    const char *ckpt = "";
+    mpx_config_get_string(s->cfg, "model.checkpoint", &ckpt);
+    static const char *const names[] = { "config.json", "model.safetensors" };
+    for (size_t i = 0; ckpt[0] && i < sizeof names / sizeof *names; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", ckpt, names[i]);
+        if (access(path, R_OK) == 0) mpx_provenance_add_file(o, path);
+    }
+    return o;
+}
+
 /* The trained weights as a checkpoint folder <dir>/checkpoint (the master copy when
  * there is one, else the weights widened to fp32), written to a temp folder and renamed
  * so a crash never leaves half a checkpoint. */
@@ -153,6 +168,7 @@ static int run_or_eval(int argc, char **argv, int train, const char *usage, cons
     if (!rc) rc = mpx_task_open(&t, &s, train, err, sizeof err);
     if (!rc) {
         json_object_set_new(root, "data_files", t.data_files(&t));
+        json_object_set_new(root, "checkpoint_files", checkpoint_files(&s));
         rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
     if (!rc) rc = train_and_eval(&s, &t, &rec, train, err, sizeof err);

@@ -174,11 +174,17 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
     json_object_set_new(metrics, "f1", json_real(sc.f1));
     json_object_set_new(metrics, "eval_questions", json_integer(sc.n_questions));
     json_object_set_new(metrics, "eval_features", json_integer(fs->n_features));
-    if (dir) {
-        char p1[4200], p2[4200];
+    if (dir) { /* written beside, then renamed: never half a file */
+        char t1[4200], t2[4200], p1[4200], p2[4200];
+        snprintf(t1, sizeof t1, "%s/predictions.json.tmp", dir);
+        snprintf(t2, sizeof t2, "%s/nbest_predictions.json.tmp", dir);
         snprintf(p1, sizeof p1, "%s/predictions.json", dir);
         snprintf(p2, sizeof p2, "%s/nbest_predictions.json", dir);
-        if (mpx_squad_predictions_write(pred, &d->dev, p1, p2, err, errlen)) goto out;
+        if (mpx_squad_predictions_write(pred, &d->dev, t1, t2, err, errlen)) goto out;
+        if (rename(t1, p1) || rename(t2, p2)) {
+            snprintf(err, errlen, "cannot rename the predictions into %.2000s", dir);
+            goto out;
+        }
     }
     rc = 0;
 out:
