@@ -131,7 +131,7 @@ Test(dropout, mask_from_philox_every_combination)
     const size_t n = 40001;   /* crosses the threading grain and a partial block of 4 */
     double *xv = dbl(n), *ref = dbl(n);
     const float p = 0.1f;
-    mpx_rng rng = { 0x1234567890abcdefull, 7, 42 };
+    mpx_rng rng = { 0x1234567890abcdefull, 7, 42, 0 };
     for (int ix = 0; ix < 3; ix++)
         for (int iy = 0; iy < 3; iy++) {
             mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], n), y = tb_alloc(&t, FLOAT_TYPES[iy], n);
@@ -343,4 +343,45 @@ Test(threads, results_do_not_depend_on_thread_count)
     cr_assert_eq(s1, s3, "sum_squares %.17g vs %.17g", s1, s3);
     tb_close(&t1);
     tb_close(&t3);
+}
+
+/* mpx_rng.offset: a tensor cut in two pieces (as ZeRO shards it) draws exactly the
+ * numbers of the whole, for dropout and for stochastic rounding. */
+Test(rng_offset, pieces_draw_as_the_whole)
+{
+    tb t = tb_open(2);
+    const size_t n = 1001, cut = 333; /* a cut inside a block of 4 */
+    double *xv = dbl(n);
+    mpx_rng rng = { 99, 5, 3, 0 };
+    mpx_arg x = tb_alloc(&t, MPX_F32, n), whole = tb_alloc(&t, MPX_F32, n), parts = tb_alloc(&t, MPX_F32, n);
+    fill_random(x, n, xv, 7, 0.5, 3);
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, whole, n, 0.3f, rng), 0);
+    mpx_rng r1 = rng, r2 = rng;
+    r2.offset = cut;
+    cr_assert_eq(t.ops->dropout_fwd(t.be, x, parts, cut, 0.3f, r1), 0);
+    cr_assert_eq(t.ops->dropout_fwd(t.be, mpx_at(x, cut), mpx_at(parts, cut), n - cut, 0.3f, r2), 0);
+    cr_expect_eq(memcmp(whole.p, parts.p, n * 4), 0, "dropout pieces differ from the whole");
+
+    mpx_arg w1 = tb_alloc(&t, MPX_BF16, n), w2 = tb_alloc(&t, MPX_BF16, n);
+    float *u = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) u[i] = 1e-3f * (float)(i % 7);
+    mpx_arg none = { NULL, MPX_BF16 };
+    cr_assert_eq(t.ops->apply_update(t.be, w1, none, u, n, MPX_ROUND_STOCHASTIC, rng), 0);
+    cr_assert_eq(t.ops->apply_update(t.be, w2, none, u, cut, MPX_ROUND_STOCHASTIC, r1), 0);
+    cr_assert_eq(t.ops->apply_update(t.be, mpx_at(w2, cut), none, u + cut, n - cut, MPX_ROUND_STOCHASTIC, r2), 0);
+    cr_expect_eq(memcmp(w1.p, w2.p, n * 2), 0, "stochastic rounding pieces differ from the whole");
+    free(u);
+    tb_close(&t);
+}
+
+Test(embedding, ids_outside_the_table_are_refused)
+{
+    tb t = tb_open(1);
+    int32_t ids[3] = { 0, 4, 5 };
+    mpx_arg table = tb_alloc(&t, MPX_F32, 5 * 4), y = tb_alloc(&t, MPX_F32, 3 * 4);
+    cr_expect_neq(t.ops->embedding_fwd(t.be, ids, 3, table, 5, 4, y), 0);
+    cr_expect(strstr(tb_error(&t), "5 rows"), "%s", tb_error(&t));
+    cr_expect_neq(t.ops->embedding_bwd(t.be, ids, 3, y, table, 5, 4), 0);
+    cr_expect_eq(t.ops->embedding_fwd(t.be, ids, 2, table, 5, 4, y), 0);
+    tb_close(&t);
 }

@@ -150,7 +150,7 @@ static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *
     mpx_arg target = mpx_at(has_master ? s->master : s->weights, piece->offset);
     mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, piece->offset) : (mpx_arg){ NULL, target.t };
     mpx_rounding mode = has_master ? MPX_ROUND_NEAREST : s->prec.rounding;
-    mpx_rng rng = { s->seed, piece->site, s->tick };
+    mpx_rng rng = { s->seed, piece->site, s->tick, piece->tensor_offset };
     int rc = s->ops->apply_update(s->be, target, comp, update + piece->offset, piece->len, mode, rng);
     if (rc) return MPX_FAIL(env, "apply_update of parameter %zu failed", piece->param);
     return MPX_OK;

@@ -30,7 +30,7 @@ static int dropout_bwd(bert *m, mpx_arg dy, mpx_dtype t, void *cast_buf, void *o
     }
     *dx = dy;
     if (!m->drop_on || p <= 0.0f) return 0;
-    mpx_rng rng = { m->env->host->seed(m->env), site, m->tick };
+    mpx_rng rng = { m->env->host->seed(m->env), site, m->tick, 0 };
     *dx = mpx_a(out_buf, t);
     return m->ops->dropout_bwd(m->be, dy, *dx, n, p, rng);
 }
@@ -108,7 +108,7 @@ static int attention_core_bwd(bert *m, int l)
     const size_t n_probs = (size_t)m->cur_b * m->cur_s * m->cur_s * m->cfg.heads;
     const int drop = m->drop_on && m->p_attn > 0.0f;
     mpx_arg probs = mpx_a(a->probs, m->dt_sm), pd = probs;
-    mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick };
+    mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 };
     if (drop) {
         pd = mpx_a(m->pd, m->dt_sm);
         MPX_TRY(m->ops->dropout_fwd(m->be, probs, pd, n_probs, m->p_attn, rng));
@@ -171,11 +171,12 @@ static int embeddings_bwd(bert *m, int acc)
     MPX_TRY(ln_bwd(m, dx0n, m->emb, P_EMB_LN_W, m->mean0, m->rstd0, acc));
     const size_t tables[3] = { P_WORD, P_POS, P_TYPE };
     const int32_t *ids[3] = { m->in_ids, m->pos_ids, m->in_seg };
+    const size_t rows[3] = { (size_t)m->cfg.vocab, (size_t)m->cfg.max_pos, (size_t)m->cfg.type_vocab };
     mpx_arg gr = mpx_a(m->gr, m->dt_res);
     for (int i = 0; i < 3; i++) {
         if (!acc)
             MPX_TRY(m->ops->fill_zero(m->be, bert_g(m, tables[i]).p, bert_numel(m, tables[i]) * mpx_dtype_size(m->dt_grad)));
-        MPX_TRY(m->ops->embedding_bwd(m->be, ids[i], T, gr, bert_g(m, tables[i]), H));
+        MPX_TRY(m->ops->embedding_bwd(m->be, ids[i], T, gr, bert_g(m, tables[i]), rows[i], H));
     }
     /* nn.Embedding(padding_idx = pad_token_id), as Hugging Face builds BERT: the padding
      * row is never updated, so its gradient is zero (with or without accumulation) */

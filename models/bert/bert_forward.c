@@ -38,7 +38,7 @@ static mpx_arg dropout(bert *m, mpx_arg x, void *buf, size_t n, float p, uint32_
 {
     if (*rc || !m->drop_on || p <= 0.0f) return x;
     mpx_arg y = mpx_a(buf, x.t);
-    mpx_rng rng = { m->env->host->seed(m->env), site, m->tick };
+    mpx_rng rng = { m->env->host->seed(m->env), site, m->tick, 0 };
     *rc = m->ops->dropout_fwd(m->be, x, y, n, p, rng);
     return y;
 }
@@ -119,10 +119,10 @@ static int embeddings(bert *m)
     const size_t T = (size_t)m->cur_b * m->cur_s, H = (size_t)m->cfg.hidden;
     mpx_arg e = mpx_a(m->emb, m->dt_res), t = mpx_a(m->gr, m->dt_res); /* gr: free until backward */
     const mpx_ops *o = m->ops;
-    MPX_TRY(o->embedding_fwd(m->be, m->in_ids, T, bert_w(m, P_WORD), H, e));
-    MPX_TRY(o->embedding_fwd(m->be, m->pos_ids, T, bert_w(m, P_POS), H, t));
+    MPX_TRY(o->embedding_fwd(m->be, m->in_ids, T, bert_w(m, P_WORD), (size_t)m->cfg.vocab, H, e));
+    MPX_TRY(o->embedding_fwd(m->be, m->pos_ids, T, bert_w(m, P_POS), (size_t)m->cfg.max_pos, H, t));
     MPX_TRY(o->add(m->be, e, t, e, T * H));
-    MPX_TRY(o->embedding_fwd(m->be, m->in_seg, T, bert_w(m, P_TYPE), H, t));
+    MPX_TRY(o->embedding_fwd(m->be, m->in_seg, T, bert_w(m, P_TYPE), (size_t)m->cfg.type_vocab, H, t));
     MPX_TRY(o->add(m->be, e, t, e, T * H));
     MPX_TRY(o->layernorm_fwd(m->be, e, bert_w(m, P_EMB_LN_W), bert_w(m, P_EMB_LN_B), mpx_a(m->x0n, m->dt_ln),
                              m->mean0, m->rstd0, T, H, (float)m->cfg.ln_eps));

@@ -158,7 +158,7 @@ static int toy_forward(void *self, const mpx_batch *batch, mpx_forward_out *out)
     int in = (int)(t->seq_len * t->dim), H = (int)t->hidden, C = (int)t->classes;
     const mpx_ops *o = t->ops;
     MPX_TRY(o->embedding_fwd(t->be, ids->data, (size_t)B * (size_t)t->seq_len, weight(t, P_EMBED),
-                             (size_t)t->dim, mpx_a(t->x, act)));
+                             (size_t)t->vocab, (size_t)t->dim, mpx_a(t->x, act)));
     MPX_TRY(linear(t, mpx_a(t->x, act), weight(t, P_FC1_W), mpx_a(t->h, act), B, H, in));
     MPX_TRY(o->bias_add(t->be, mpx_a(t->h, act), weight(t, P_FC1_B), mpx_a(t->h, act), (size_t)B, (size_t)H));
     MPX_TRY(o->gelu_fwd(t->be, mpx_a(t->h, act), mpx_a(t->a, act), (size_t)B * (size_t)H));
@@ -223,7 +223,7 @@ static int toy_backward(void *self, const mpx_batch *batch, float loss_scale, in
     if (!accumulate)
         MPX_TRY(o->fill_zero(t->be, dembed.p, (size_t)(t->vocab * t->dim) * mpx_dtype_size(dembed.t)));
     return o->embedding_bwd(t->be, ids->data, (size_t)B * (size_t)t->seq_len, mpx_a(t->dx, act),
-                            dembed, (size_t)t->dim);
+                            dembed, (size_t)t->vocab, (size_t)t->dim);
 }
 
 static int toy_save(void *self, const char *dir, const float *flat, const size_t *offsets)

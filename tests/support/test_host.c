@@ -150,7 +150,7 @@ static int th_apply_update(mpx_env *env, const mpx_piece *piece, const float *up
     mpx_arg w = mpx_at(e->target, piece->offset);
     mpx_arg c = e->comp.p ? mpx_at(e->comp, piece->offset) : e->comp;
     if (e->ops) {
-        mpx_rng rng = { 42, piece->site, 0 };
+        mpx_rng rng = { 42, piece->site, 0, piece->tensor_offset };
         return e->ops->apply_update(e->be, w, c, update + piece->offset, piece->len, e->prec.rounding, rng);
     }
     if (w.t != MPX_F32) return MPX_FAIL(env, "test host without backend: fp32 targets only");

@@ -47,11 +47,14 @@ typedef struct mpx_gemm {
 } mpx_gemm;
 
 /* Philox 4x32-10 stream position (DESIGN, Numerics rules): key = run seed; counter =
- * (element / 4 as 64 bits, site, step * accumulation_steps + micro_batch). */
+ * (element / 4 as 64 bits, site, step * accumulation_steps + micro_batch). `offset` is
+ * the element index of the op's first element within the stream, so a tensor split in
+ * pieces (ZeRO shards) draws the same numbers as the whole tensor. */
 typedef struct mpx_rng {
     uint64_t seed;
     uint32_t site;
     uint32_t tick;        /* step * accumulation_steps + micro_batch */
+    uint64_t offset;      /* element index of p[0] in the stream */
 } mpx_rng;
 
 typedef enum mpx_rounding {
@@ -114,18 +117,19 @@ typedef struct mpx_ops {
 
     /* ---- dropout: keep with probability 1 - p, scale kept by 1 / (1 - p).
      * The mask is regenerated from `rng` in backward, never stored. Element i draws
-     * word i % 4 of Philox(counter = (i / 4, site, tick)), uniform u = (x >> 8) * 2^-24,
+     * word e % 4 of Philox(counter = (e / 4, site, tick)) with e = rng.offset + i,
+     * uniform u = (x >> 8) * 2^-24,
      * kept when u >= p. */
     int (*dropout_fwd)(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng);
     int (*dropout_bwd)(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng);
 
     /* ---- embeddings ---- */
-    /* y[i, :] = table[ids[i], :]; ids are int32 backend memory */
+    /* y[i, :] = table[ids[i], :]; ids are int32 backend memory, each in [0, table_rows) */
     int (*embedding_fwd)(void *be, const int32_t *ids, size_t n_ids, mpx_arg table,
-                         size_t dim, mpx_arg y);
+                         size_t table_rows, size_t dim, mpx_arg y);
     /* dtable[ids[i], :] += dy[i, :] (scatter-add; repeated ids accumulate) */
     int (*embedding_bwd)(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy,
-                         mpx_arg dtable, size_t dim);
+                         mpx_arg dtable, size_t table_rows, size_t dim);
 
     /* ---- loss: cross-entropy over positions (start or end logits) ----
      * logits [rows, cols]; labels int32 [rows] in [0, cols). *loss = mean over rows

@@ -163,7 +163,7 @@ static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, f
 {
     const float p = j->p;
     for (size_t i = 0; i < n;) {
-        uint64_t e = off + i;
+        uint64_t e = j->rng.offset + off + i;
         mpx_philox_out r = mpx_philox_block(j->rng.seed, j->rng.site, j->rng.tick, e >> 2);
         for (unsigned w = (unsigned)(e & 3); w < 4 && i < n; w++, i++)
             out[i] = mpx_uniform(r.v[w]) >= p ? in[0][i] * j->keep_scale : 0.0f;
@@ -211,7 +211,7 @@ static void sr_store(const upd_job *j, const float *v, size_t off, size_t n)
 {
     uint16_t *d = (uint16_t *)j->w.p + off;
     for (size_t i = 0; i < n;) {
-        uint64_t e = off + i;
+        uint64_t e = j->rng.offset + off + i;
         mpx_philox_out r = mpx_philox_block(j->rng.seed, j->rng.site, j->rng.tick, e >> 2);
         for (unsigned k = (unsigned)(e & 3); k < 4 && i < n; k++, i++)
             d[i] = j->w.t == MPX_BF16 ? mpx_f32_to_bf16_sr(v[i], r.v[k]) : mpx_f32_to_f16_sr(v[i], r.v[k]);

@@ -94,10 +94,10 @@ int cpu_softmax_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, 
 int cpu_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
                       size_t cols, double *loss, mpx_arg dlogits, float dscale);
 
-int cpu_embedding_fwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg table, size_t dim,
-                      mpx_arg y);
+int cpu_embedding_fwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg table, size_t table_rows,
+                      size_t dim, mpx_arg y);
 int cpu_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
-                      size_t dim);
+                      size_t table_rows, size_t dim);
 int cpu_sum_squares(void *be, mpx_arg x, size_t n, double *out);
 int cpu_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
 

@@ -32,15 +32,17 @@ static void gather_rows(void *vj, size_t begin, size_t end)
     }
 }
 
-int cpu_embedding_fwd(void *vbe, const int32_t *ids, size_t n_ids, mpx_arg table, size_t dim,
-                      mpx_arg y)
+int cpu_embedding_fwd(void *vbe, const int32_t *ids, size_t n_ids, mpx_arg table, size_t table_rows,
+                      size_t dim, mpx_arg y)
 {
     cpu_be *be = vbe;
     CPU_CHECK(be, "embedding_fwd", "table", table, n_ids * dim);
     CPU_CHECK(be, "embedding_fwd", "y", y, n_ids * dim);
     if (n_ids && !ids) return CPU_FAIL(be, "cpu embedding_fwd: ids is NULL");
     for (size_t i = 0; i < n_ids; i++)
-        if (ids[i] < 0) return CPU_FAIL(be, "cpu embedding_fwd: id %d at position %zu is negative", (int)ids[i], i);
+        if (ids[i] < 0 || (size_t)ids[i] >= table_rows)
+            return CPU_FAIL(be, "cpu embedding_fwd: id %d at position %zu is outside the table's %zu rows",
+                            (int)ids[i], i, table_rows);
     emb_job j = { .be = be, .ids = ids, .table = table, .rows = y, .dim = dim };
     cpu_pool_run(be->pool, n_ids, 16, gather_rows, &j);
     return MPX_OK;
@@ -77,7 +79,7 @@ static int by_id_then_pos(const void *a, const void *b)
 }
 
 int cpu_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
-                      size_t dim)
+                      size_t table_rows, size_t dim)
 {
     cpu_be *be = vbe;
     CPU_CHECK(be, "embedding_bwd", "dy", dy, n_ids * dim);
@@ -85,7 +87,9 @@ int cpu_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, mpx_arg dy, m
     if (!n_ids || !dim) return MPX_OK;
     if (!ids) return CPU_FAIL(be, "cpu embedding_bwd: ids is NULL");
     for (size_t i = 0; i < n_ids; i++)
-        if (ids[i] < 0) return CPU_FAIL(be, "cpu embedding_bwd: id %d at position %zu is negative", (int)ids[i], i);
+        if (ids[i] < 0 || (size_t)ids[i] >= table_rows)
+            return CPU_FAIL(be, "cpu embedding_bwd: id %d at position %zu is outside the table's %zu rows",
+                            (int)ids[i], i, table_rows);
     id_pos *pairs = malloc(n_ids * sizeof *pairs);
     size_t *order = malloc(n_ids * sizeof *order), *starts = malloc((n_ids + 1) * sizeof *starts);
     int rc = MPX_OK;
