@@ -2,3 +2,6 @@ $(eval $(call add_test,test_loader,tests/test_loader.c,))
 $(eval $(call add_test,test_records,tests/test_records.c,))
 $(eval $(call add_test,test_loss_scaler,tests/test_loss_scaler.c,))
 $(eval $(call add_test,test_precision,tests/test_precision.c $(TEST_SUPPORT),))
+$(eval $(call add_test,test_diagnostics,tests/test_diagnostics.c $(TEST_SUPPORT),))
+# the whole-run test loads the worked-example policy from build/test-plugins
+$(BUILD)/tests/test_diagnostics: $(BUILD)/test-plugins/fp16_noscale.so

@@ -61,7 +61,10 @@ static const mpx_option train_opts[] = {
     OPT("epochs", MPX_OPT_INT, "1", RANGE(0, INFINITY), "passes over the training data"),
     OPT("max_steps", MPX_OPT_INT, "0", RANGE(0, INFINITY), "optimizer steps; 0 = run the epochs"),
     OPT("gradient_clipping", MPX_OPT_FLOAT, "1.0", RANGE(0, INFINITY), "global gradient-norm clip; 0 = off"),
-    OPT("log_every", MPX_OPT_INT, "1", RANGE(1, INFINITY), "steps between log lines"),
+    OPT("log_every", MPX_OPT_INT, "1", RANGE(1, INFINITY),
+        "steps between run.json updates and diagnostics rows"),
+    OPT("diagnostics", MPX_OPT_BOOL, "true", NORANGE,
+        "per-group underflow, stalled updates and update/weight ratios every log_every steps (diagnostics.csv)"),
     OPT("save_model", MPX_OPT_BOOL, "true", NORANGE, "save the trained weights in the run folder"),
 };
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "clip.h"
+#include "diagnostics.h"
 #include "loss_scaler.h"
 #include "schedule_glue.h"
 
@@ -93,7 +94,7 @@ static void progress(int64_t step, int64_t total, double loss, double lr, double
 
 /* Forward and backward over the accumulation micro-batches; returns the mean loss. */
 static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, double scale,
-                      double *loss, int64_t *tokens, char *err, size_t errlen)
+                      mpx_diagnostics *diag, double *loss, int64_t *tokens, char *err, size_t errlen)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     const mpx_model_vtable *mv = &m->rec->vt.model;
@@ -111,6 +112,10 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
             mv->backward(m->self, &b, (float)(scale / (double)c->accum), s->grad_acc.p ? 0 : micro > 0)) {
             mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
             snprintf(err + strlen(err), errlen - strlen(err), " (step %lld)", (long long)step);
+            return -1;
+        }
+        if (mpx_diag_after_backward(diag, s, micro, c->accum)) {
+            snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step);
             return -1;
         }
         /* a wider accumulator than the grads (bf16-master: fp32) is summed by the core */
@@ -181,36 +186,54 @@ static int check_overflow(mpx_session *s, int *overflow)
     return 0;
 }
 
+/* One optimizer step exactly as mpx_train takes it (micro-batches, overflow check,
+ * unscale and clip, optimizer, write-back), at loss scale `scale` and learning rate
+ * `lr`, for benchmarks (tests/bench_step.c). Returns 0; *skipped says whether an
+ * overflow skipped the update. */
+int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, double scale,
+                       double *loss, int *skipped, char *err, size_t errlen)
+{
+    train_cfg c;
+    if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
+    int64_t tokens;
+    double norm;
+    mpx_diagnostics off = { 0 };
+    if (accumulate(s, t, &c, step, scale, &off, loss, &tokens, err, errlen)) return -1;
+    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
+    if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
+        mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
+        return -1;
+    }
+    if (check_overflow(s, skipped)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
+    if (*skipped) return 0;
+    if (prepare_grad(s, &c, scale, &norm, err, errlen)) return -1;
+    return optimizer_step(s, step + 1, lr, err, errlen);
+}
+
 enum { COL_STEP, COL_LOSS, COL_LR, COL_GRAD_NORM, COL_SCALE, COL_SKIPPED, COL_TOKENS_S, COL_ELAPSED, N_COLS };
 const char *const mpx_metrics_columns[N_COLS] = {
     "step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens_per_s", "elapsed_s",
 };
 const size_t mpx_n_metrics_columns = N_COLS;
 
-int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen)
+/* The steps themselves, with the state mpx_train set up. */
+static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train_cfg *cp, int64_t total,
+                       mpx_loss_scaler *lsp, mpx_lr_schedule *sched, mpx_diagnostics *diag, json_t *progress_j,
+                       json_t *trace, json_t *losses, json_t *overflows, json_t *metrics, char *err, size_t errlen)
 {
-    train_cfg c;
-    if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
-    int64_t total = mpx_train_total_steps(s, t->n_train);
-    mpx_loss_scaler ls;
-    if (mpx_scaler_init(&ls, s->prec.loss_scale, s->cfg, err, errlen)) return -1;
-    mpx_lr_schedule sched;
-    if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
+    const train_cfg c = *cp;
     mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
-    json_t *trace = json_array(), *losses = json_array(), *overflows = json_array();
-    json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
     double t0 = now_s(), first_loss = NAN, last_loss = NAN;
     int64_t updates = 0, skipped = 0, tokens_total = 0;
-    json_t *progress_j = json_object();
-    json_object_set_new(rec->root, "progress", progress_j);
-    json_object_set_new(progress_j, "total_steps", json_integer(total));
     for (int64_t step = 0; step < total; step++) {
         json_object_set_new(progress_j, "step", json_integer(step));
         maybe_fault(step, rec);
-        double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(&sched, step);
+        double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(sched, step);
         int64_t tokens;
-        double scale = ls.scale;
-        if (accumulate(s, t, &c, step, scale, &loss, &tokens, err, errlen)) return -1;
+        double scale = lsp->scale;
+        if (mpx_diag_begin_step(diag, s, step, total)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
+        if (accumulate(s, t, &c, step, scale, diag, &loss, &tokens, err, errlen)) return -1;
         mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
         if (injects_overflow(step) && inject_inf(s, acc)) {
             snprintf(err, errlen, "step %lld: cannot inject the overflow", (long long)step);
@@ -222,16 +245,18 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
         }
         int overflow = 0, skip = 0;
         if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
-        if (mpx_scaler_update(&ls, overflow, step, &skip, err, errlen)) return -1;
+        if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
         if (!skip) {
             if (prepare_grad(s, &c, scale, &norm, err, errlen)) return -1;
+            if (mpx_diag_before_update(diag, s)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
             if (optimizer_step(s, ++updates, lr, err, errlen)) return -1;
         } else {
             skipped++;
             json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));
         }
-        if (ls.scale != scale)
-            json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, ls.scale));
+        if (lsp->scale != scale)
+            json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, lsp->scale));
+        if (mpx_diag_end_step(diag, s, step, !skip)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
         tokens_total += tokens;
         double dt = now_s() - ts, elapsed = now_s() - t0;
         if (isnan(first_loss)) first_loss = loss;
@@ -255,7 +280,7 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
     json_object_set_new(metrics, "steps", json_integer(total));
     json_object_set_new(metrics, "updates", json_integer(updates));
     json_object_set_new(metrics, "skipped_steps", json_integer(skipped));
-    json_object_set_new(metrics, "overflow_count", json_integer(ls.overflows));
+    json_object_set_new(metrics, "overflow_count", json_integer(lsp->overflows));
     json_object_set_new(metrics, "loss_scale_trace", trace);
     json_object_set_new(metrics, "overflow_steps", overflows); /* [step, scale used] of each skipped step */
     json_object_set_new(metrics, "first_loss", json_real(first_loss));
@@ -263,6 +288,29 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
     json_object_set_new(metrics, "losses", losses);
     json_object_set_new(metrics, "train_seconds", json_real(elapsed));
     json_object_set_new(metrics, "tokens_per_s", json_real(elapsed > 0 ? (double)tokens_total / elapsed : 0));
-    mpx_lr_schedule_close(&sched);
     return 0;
 }
+
+int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen)
+{
+    train_cfg c;
+    if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
+    int64_t total = mpx_train_total_steps(s, t->n_train);
+    mpx_loss_scaler ls;
+    if (mpx_scaler_init(&ls, s->prec.loss_scale, s->cfg, err, errlen)) return -1;
+    mpx_lr_schedule sched;
+    if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
+    json_t *trace = json_array(), *losses = json_array(), *overflows = json_array();
+    json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
+    json_t *progress_j = json_object();
+    json_object_set_new(rec->root, "progress", progress_j);
+    json_object_set_new(progress_j, "total_steps", json_integer(total));
+    mpx_diagnostics diag;
+    if (mpx_diag_open(&diag, s, rec->dir, err, errlen)) { mpx_diag_close(&diag, s); return -1; }
+    int rc = train_steps(s, t, rec, &c, total, &ls, &sched, &diag, progress_j, trace, losses, overflows, metrics, err, errlen);
+    mpx_diag_summary(&diag, metrics);
+    mpx_diag_close(&diag, s);
+    mpx_lr_schedule_close(&sched);
+    return rc;
+}
+

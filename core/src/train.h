@@ -14,4 +14,9 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
 /* Number of optimizer steps the configuration asks for, given the task's data. */
 int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
 
+/* One optimizer step as mpx_train takes it, without records or loss-scale updates
+ * (benchmarks). *skipped is set when the gradients overflowed and no update was made. */
+int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, double scale,
+                       double *loss, int *skipped, char *err, size_t errlen);
+
 #endif

@@ -124,6 +124,14 @@ static int vt_save(void *self, const char *dir, const float *flat, const size_t 
     return bert_save(self, dir, flat, offsets);
 }
 
+static int vt_set_grads(void *self, mpx_arg grads)
+{
+    bert *m = self;
+    m->G = grads;
+    m->dt_grad = grads.t;
+    return MPX_OK;
+}
+
 static const mpx_model_vtable bert_vtable = {
     .size = sizeof(mpx_model_vtable),
     .create = bert_create, .destroy = bert_destroy,
@@ -131,6 +139,7 @@ static const mpx_model_vtable bert_vtable = {
     .n_sites = bert_n_sites, .site = bert_site_info,
     .init_weights = vt_init_weights, .bind = vt_bind,
     .forward = vt_forward, .backward = vt_backward, .save = vt_save,
+    .set_grads = vt_set_grads,
 };
 
 static const mpx_plugin_desc bert_desc = {

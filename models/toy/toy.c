@@ -232,6 +232,12 @@ static int toy_save(void *self, const char *dir, const float *flat, const size_t
     return MPX_FAIL(((toy *)self)->env, "toy: saving checkpoints is not supported (set train.save_model = false)");
 }
 
+static int toy_set_grads(void *self, mpx_arg grads)
+{
+    ((toy *)self)->bind.grads = grads;
+    return MPX_OK;
+}
+
 static const mpx_model_vtable toy_vtable = {
     .size = sizeof(mpx_model_vtable),
     .create = toy_create, .destroy = toy_destroy,
@@ -239,6 +245,7 @@ static const mpx_model_vtable toy_vtable = {
     .n_sites = toy_n_sites, .site = toy_site,
     .init_weights = toy_init_weights, .bind = toy_bind,
     .forward = toy_forward, .backward = toy_backward, .save = toy_save,
+    .set_grads = toy_set_grads,
 };
 
 static const mpx_plugin_desc toy_desc = {

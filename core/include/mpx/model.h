@@ -126,6 +126,12 @@ typedef struct mpx_model_vtable {
 
     /* Save a checkpoint folder (same format as loaded) from the flat fp32 host array. */
     int (*save)(void *self, const char *dir, const float *flat, const size_t *offsets);
+
+    /* Optional (NULL: not supported). Point the gradient writes at another flat buffer,
+     * possibly of another dtype, with the same offsets; the host uses it on diagnostic
+     * steps to see each gradient's fp32 value before it is rounded to its storage dtype,
+     * then points them back. */
+    int (*set_grads)(void *self, mpx_arg grads);
 } mpx_model_vtable;
 
 #endif

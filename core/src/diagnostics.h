@@ -1,0 +1,70 @@
+/* What precision did to a run, per parameter group (embedding, attention, ffn, norm,
+ * head), on every logged step (train.diagnostics, every train.log_every steps):
+ *   underflow  of the gradient elements whose fp32 value is non-zero, the fraction that
+ *              rounds to ±0 in the grads' storage dtype (0 when grads are fp32);
+ *   stalled    of the weights whose update was non-zero, the fraction whose stored value
+ *              (in the weights' dtype) did not change;
+ *   median |update| / |weight| over the elements with a non-zero weight (a sample of
+ *              at most 65,536 per group).
+ * For the fp32 value of a 16-bit gradient the model writes that step's gradients into an
+ * fp32 buffer (model set_grads), which the host then rounds into the real grads once —
+ * as the backward would have, except that micro-batch accumulation and repeated
+ * embedding rows sum in fp32 on those steps. Rows go to <run>/diagnostics.csv. */
+#ifndef MPX_DIAGNOSTICS_H
+#define MPX_DIAGNOSTICS_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "session.h"
+
+/* Of n fp32 gradient values, how many are non-zero and how many of those round to ±0
+ * in dtype t (none for fp32). */
+void mpx_diag_underflow(const float *g, size_t n, mpx_dtype t, uint64_t *nonzero, uint64_t *underflow);
+
+/* Of n elements whose update is non-zero, how many stored values (bit patterns of dtype t,
+ * before and after the step) did not change. */
+void mpx_diag_stalled(const void *before, const void *after, mpx_dtype t, const float *update, size_t n,
+                      uint64_t *updated, uint64_t *stalled);
+
+/* The median of n floats (reorders them); NaN when n = 0. */
+double mpx_diag_median(float *v, size_t n);
+
+typedef struct mpx_diag_group {
+    uint64_t grad_nonzero, underflow, updated, stalled;
+    float *ratios;
+    size_t n_ratios;
+    double sum_underflow, sum_stalled, sum_ratio; /* over diagnostic steps, for the summary */
+    int64_t n_steps_u, n_steps_s, n_steps_r;
+} mpx_diag_group;
+
+typedef struct mpx_diagnostics {
+    int enabled;
+    int64_t every;
+    int active;              /* this step is a diagnostic step */
+    int shadowing;           /* the model writes fp32 grads into `shadow` this step */
+    FILE *csv;
+    mpx_arg shadow;          /* fp32 grads (scratch), when grads are 16-bit */
+    void *wprev;             /* the weights before the update (scratch) */
+    float *h_a, *h_b, *h_c;  /* host chunks */
+    uint8_t *group_of;       /* per parameter */
+    mpx_diag_group g[MPX_GROUP_COUNT];
+    double seconds;          /* time spent on diagnostics */
+} mpx_diagnostics;
+
+int mpx_diag_open(mpx_diagnostics *d, mpx_session *s, const char *dir, char *err, size_t errlen);
+/* Decide whether `step` is a diagnostic step; if so, and grads are 16-bit, point the
+ * model's gradients at the fp32 shadow. */
+int mpx_diag_begin_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int64_t total);
+/* After micro-batch `micro` (of n_micro): count underflow and round the shadow into the
+ * grads — every micro-batch when the policy has a wider accumulator, else after the last. */
+int mpx_diag_after_backward(mpx_diagnostics *d, mpx_session *s, int64_t micro, int64_t n_micro);
+int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s);
+/* After the update (or the skip): count stalls and ratios, write the step's rows. */
+int mpx_diag_end_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int updated);
+/* Means over the diagnostic steps, per group, into `metrics`. */
+void mpx_diag_summary(mpx_diagnostics *d, json_t *metrics);
+void mpx_diag_close(mpx_diagnostics *d, mpx_session *s);
+
+#endif

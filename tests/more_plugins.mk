@@ -1,0 +1,4 @@
+# Test-only plugins of the sweep and diagnostics tests (build/test-plugins/).
+$(eval $(call add_test_plugin,incompat_precision,tests/plugins/incompat_precision.c,))
+# The worked example of docs/PRECISION-POLICIES.md (diagnostics test).
+$(eval $(call add_test_plugin,fp16_noscale,tests/plugins/fp16_noscale.c,))
