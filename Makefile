@@ -87,6 +87,18 @@ test: all $(TEST_PLUGINS) $(TESTS)
 bench: all $(BENCHES)
 	@bash tests/run-bench.sh
 
+# The main job on embedded defaults: the five precision policies on a SQuAD slice with
+# MiniLM-L6 (configs/sweeps/quick.cfg), its matrix and a loss plot. Resumable.
+run: all
+	$(MAKE) --no-print-directory data
+	$(MAKE) --no-print-directory model
+	$(BUILD)/bin/mpx sweep configs/sweeps/quick.cfg
+	$(BUILD)/bin/mpx matrix runs/quick --rows precision.plugin \
+	    --metric exact_match,f1,skipped_steps,overflow_count,memory.bytes_per_param
+	$(BUILD)/bin/mpx matrix runs/quick --rows precision.plugin --metric metrics.diagnostics.ffn.stalled_frac,metrics.diagnostics.attention.stalled_frac,metrics.diagnostics.attention.underflow_frac
+	$(BUILD)/bin/mpx plot runs/quick -o runs/quick/loss.svg
+	@echo "plot: runs/quick/loss.svg"
+
 clean:
 	rm -rf $(BUILD)
 
