@@ -222,3 +222,25 @@ Test(precision, every_policy_trains_the_bert_fixture_model)
         json_decref(j);
     }
 }
+
+/* precision.rounding acts on the master -> weights write-back too: bf16-master with
+ * stochastic rounding trains differently from nearest, and stalls fewer updates. */
+Test(precision, rounding_applies_to_the_master_write_back)
+{
+    json_t *a = toy_run("", "-s 'precision.plugin=\"bf16-master\"' -s 'precision.rounding=\"nearest\"'");
+    json_t *b = toy_run("", "-s 'precision.plugin=\"bf16-master\"' -s 'precision.rounding=\"stochastic\"'");
+    cr_expect_neq(metric(a, "final_loss"), metric(b, "final_loss"));
+    json_t *da = json_object_get(json_object_get(json_object_get(a, "metrics"), "diagnostics"), "ffn");
+    json_t *db = json_object_get(json_object_get(json_object_get(b, "metrics"), "diagnostics"), "ffn");
+    double sa = json_number_value(json_object_get(da, "stalled_frac"));
+    double sb = json_number_value(json_object_get(db, "stalled_frac"));
+    cr_expect_lt(sb, sa, "stalled: nearest %g, stochastic %g", sa, sb);
+    json_decref(a);
+    json_decref(b);
+}
+
+Test(precision, check_refuses_an_unknown_island)
+{
+    int st = system("build/bin/mpx check configs/toy.cfg -s 'precision.islands=\"layernorm,softmx\"' >/dev/null 2>&1");
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+}

@@ -43,9 +43,32 @@ static size_t present_lr_keys(const mpx_config *cfg, const char **out, size_t ca
     return n;
 }
 
+/* The effective precision descriptor, as a comment block. */
+static void print_precision(FILE *out, const mpx_precision_desc *d)
+{
+    static const char *rounding[] = { "nearest", "stochastic", "kahan" };
+    fprintf(out, "\n# precision: weights %s, GEMM inputs %s, activations %s, grads %s, grad accumulator %s,\n"
+            "#   master %s, optimizer state %s, communication %s, eval logits %s; loss scale \"%s\"; rounding %s\n",
+            mpx_dtype_name(d->weights), mpx_dtype_name(d->gemm_in), mpx_dtype_name(d->act), mpx_dtype_name(d->grads),
+            d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_name(d->grad_acc),
+            d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_name(d->master), mpx_dtype_name(d->opt_state),
+            mpx_dtype_name(d->comm), mpx_dtype_name(d->eval_logits), d->loss_scale ? d->loss_scale : "none",
+            (unsigned)d->rounding < 3 ? rounding[d->rounding] : "?");
+    static const char *islands[] = { "layernorm", "softmax", "loss", "residual" };
+    fprintf(out, "#   fp32 islands:");
+    for (int i = 0; i < 4; i++)
+        if (d->islands & (1u << i)) fprintf(out, " %s", islands[i]);
+    fprintf(out, "%s\n", d->islands ? "" : " none");
+}
+
 int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
 {
     char msg[4096];
+    if (mpx_session_precision(s, msg, sizeof msg)) {
+        fprintf(err, "mpx check: %s\n", msg);
+        return 1;
+    }
+    print_precision(out, &s->prec);
     mpx_task t;
     if (mpx_task_open(&t, s, 1, msg, sizeof msg)) {
         fprintf(err, "mpx check: cannot read the data to count steps: %s\n", msg);

@@ -10,7 +10,7 @@ static const char matrix_usage[] =
     "  a table of the run records in the sweep folder DIR (every DIR/*/run.json): one row per\n"
     "  value of the configuration key --rows, one column per value of --cols (e.g.\n"
     "  precision.plugin, zero.plugin; keys of config.effective). M is a name in run.json's\n"
-    "  \"metrics\" (final_loss, EM, F1, skipped_steps) or a dotted path into run.json\n"
+    "  \"metrics\" (final_loss, exact_match, f1, skipped_steps) or a dotted path into run.json\n"
     "  (memory.bytes_per_param). Runs differing only by run.seed share a cell: mean ±\n"
     "  t(0.975, n-1)·s/√n and n. Skipped and failed runs show as such, with their reason.\n"
     "  Exit 0, or 2 on errors.\n";

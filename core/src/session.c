@@ -125,6 +125,14 @@ const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t l
         if ((call) != 0) { mpx_session_error(s, kind, err, errlen); return -1; }   \
     } while (0)
 
+int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
+{
+    if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
+    mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
+    START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
+    return mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen);
+}
+
 int mpx_session_start(mpx_session *s, char *err, size_t errlen)
 {
     if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
@@ -136,9 +144,7 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
         snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);
         return -1;
     }
-    mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
-    START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
-    if (mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen)) return -1;
+    if (mpx_session_precision(s, err, errlen)) return -1;
     mpx_instance *c = &s->inst[MPX_KIND_COMM];
     START(MPX_KIND_COMM, c->rec->vt.comm.create(&c->env.pub, &c->self));
     mpx_instance *z = &s->inst[MPX_KIND_ZERO];

@@ -71,6 +71,9 @@ int mpx_session_configure(mpx_session *s, const char *path, const char *const *o
  * check callbacks). Returns 0, or non-zero with every reason in err. */
 int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen);
 
+/* The effective precision descriptor: the policy's defaults, then the core's keys. */
+int mpx_session_precision(mpx_session *s, char *err, size_t errlen);
+
 /* Instantiate backend, precision (+ core overrides), comm, zero, model, optimizer. */
 int mpx_session_start(mpx_session *s, char *err, size_t errlen);
 

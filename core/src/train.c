@@ -150,6 +150,29 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
                               &s->inst[MPX_KIND_COMM].env.pub, norm, &coef, err, errlen);
 }
 
+/* The fp32 master copy into the 16-bit weights. Nearest (and Kahan, whose compensation
+ * the master already is) is a cast. Stochastic rounding goes through the backend's
+ * apply_update, tensor by tensor with the tensor's Philox site: the update
+ * u = master - weights is exact in fp32 (Sterbenz: the two are within a factor of 2),
+ * so weights + u is the master value, then rounded stochastically. */
+static int write_back_master(mpx_session *s)
+{
+    if (s->prec.rounding != MPX_ROUND_STOCHASTIC || s->weights.t == MPX_F32)
+        return s->ops->cast(s->be, s->master, s->weights, s->numel);
+    mpx_arg u = mpx_a(s->update, MPX_F32); /* free once the optimizer has applied it */
+    if (s->ops->cast(s->be, s->weights, u, s->numel) ||
+        s->ops->axpby(s->be, 1.0f, s->master, -1.0f, u, s->numel))
+        return -1;
+    for (size_t i = 0; i < s->n_pieces; i++) {
+        const mpx_piece *p = &s->pieces[i];
+        mpx_rng rng = { s->seed, p->site, s->tick, p->tensor_offset };
+        if (s->ops->apply_update(s->be, mpx_at(s->weights, p->offset), mpx_a(NULL, s->weights.t),
+                                 s->update + p->offset, p->len, MPX_ROUND_STOCHASTIC, rng))
+            return -1;
+    }
+    return 0;
+}
+
 static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *err, size_t errlen)
 {
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
@@ -162,8 +185,8 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
         mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
         return -1;
     }
-    /* master -> weights (round to nearest), then every rank's weights whole again */
-    if (s->master.p && s->ops->cast(s->be, s->master, s->weights, s->numel)) {
+    /* master -> weights with the policy's rounding, then every rank's weights whole again */
+    if (s->master.p && write_back_master(s)) {
         snprintf(err, errlen, "writing the master weights back failed");
         return -1;
     }
