@@ -27,6 +27,8 @@ PLUGIN_LDFLAGS = -shared -Wl,--version-script=core/plugin.map -Wl,--no-undefined
 
 # A stand-alone host for single-plugin unit tests (tests/support/test_host.h).
 TEST_SUPPORT := tests/support/test_host.c
+# Running build/bin/mpx from a suite (tests/support/shell.h).
+TEST_SHELL := tests/support/shell.c
 
 # Filled by the module.mk fragments.
 PLUGINS      :=

@@ -12,38 +12,11 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static char *tmp_dir(void)
-{
-    char *d = strdup("/tmp/mpx-diff-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static int sh(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    static char buf[1 << 18];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    if (out) {
-        size_t m = n < len - 1 ? n : len - 1;
-        memcpy(out, buf, m);
-        out[m] = 0;
-    }
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
-    return WEXITSTATUS(st);
-}
+#include "support/shell.h"
 
 static void toy_run(const char *dir, const char *extra)
 {
-    cr_assert_eq(sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 %s --out %s >/dev/null 2>&1",
+    cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 %s --out %s >/dev/null 2>&1",
                     extra, dir), 0, "mpx run %s", extra);
 }
 
@@ -65,7 +38,7 @@ static size_t losses(const char *dir, double *out, size_t cap)
 static void edit_record(const char *from, const char *to, const char *metric, double factor)
 {
     char path[PATH_MAX];
-    cr_assert_eq(sh(NULL, 0, "mkdir -p %s && cp %s/metrics.csv %s/", to, from, to), 0);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && cp %s/metrics.csv %s/", to, from, to), 0);
     snprintf(path, sizeof path, "%s/run.json", from);
     json_t *j = json_load_file(path, 0, NULL);
     cr_assert_not_null(j);
@@ -85,14 +58,14 @@ static void edit_record(const char *from, const char *to, const char *metric, do
 
 Test(diff, runs)
 {
-    char *dir = tmp_dir(), a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], d[PATH_MAX], out[1 << 16];
+    char *dir = ts_tmpdir("diff"), a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], d[PATH_MAX], out[1 << 16];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
     toy_run(a, "");
     toy_run(b, "-s optimizer.lr=0.1");
 
     /* a run against itself: nothing, exit 0 */
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", a, a), 0);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, a), 0);
     cr_expect_str_eq(out, "");
 
     /* a changed lr: named, the first divergent step, exit 1 */
@@ -101,7 +74,7 @@ Test(diff, runs)
     cr_assert_eq(na, nb);
     while (first < na && fabs(la[first] - lb[first]) <= 1e-6 * fmax(fabs(la[first]), fabs(lb[first]))) first++;
     cr_assert_lt(first, na, "the curves should part");
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", a, b), 1);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, b), 1);
     cr_expect(strstr(out, "config optimizer.lr: 0.05 -> 0.1 (+100%)"), "%s", out);
     char want[64];
     snprintf(want, sizeof want, "loss: first parts at step %zu ", first);
@@ -111,25 +84,25 @@ Test(diff, runs)
     /* timing, pid, command, machine: printed at most, exit 0 */
     snprintf(c, sizeof c, "%s/c", dir);
     edit_record(a, c, NULL, 1);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
     cr_expect(!strstr(out, "config") && !strstr(out, "metric") && !strstr(out, "loss:"), "%s", out);
 
     /* a metric within the tolerance, then beyond it */
     edit_record(a, c, "final_loss", 1 + 1e-9);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
     snprintf(d, sizeof d, "%s/d", dir);
     edit_record(a, d, "final_loss", 1.5);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", a, d), 1);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, d), 1);
     cr_expect(strstr(out, "metric final_loss: ") && strstr(out, "(+50%)"), "%s", out);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff --tol 0.6 %s %s", a, d), 0, "%s", out);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff --tol 0.6 %s %s", a, d), 0, "%s", out);
 
     /* errors: exit 2 */
-    cr_expect_eq(sh(NULL, 0, "build/bin/mpx diff %s %s/nothing-here 2>/dev/null", a, dir), 2);
+    cr_expect_eq(ts_sh(NULL, 0, "build/bin/mpx diff %s %s/nothing-here 2>/dev/null", a, dir), 2);
 }
 
 Test(diff, sweeps_pair_cells_by_axis_values)
 {
-    char *dir = tmp_dir(), out[1 << 16];
+    char *dir = ts_tmpdir("diff"), out[1 << 16];
     /* two "sweeps" without sweep.json: cells paired by the keys that vary (optimizer.lr);
      * the folder names differ on purpose */
     char s1[256], s2[256], p[PATH_MAX], q[PATH_MAX];
@@ -144,9 +117,9 @@ Test(diff, sweeps_pair_cells_by_axis_values)
     snprintf(p, sizeof p, "%s/x", s1);
     snprintf(q, sizeof q, "%s/z", s2);
     edit_record(p, q, "accuracy", 0.5);   /* lr 0.05, accuracy halved */
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", s1, s2), 1);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", s1, s2), 1);
     cr_expect(strstr(out, "\"optimizer.lr\":0.05") && strstr(out, "metric accuracy:") && strstr(out, "(-50%)"), "%s", out);
     cr_expect(!strstr(out, "\"optimizer.lr\":0.1"), "the equal pair printed something:\n%s", out);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx diff %s %s", s1, s1), 0);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", s1, s1), 0);
     cr_expect_str_eq(out, "");
 }

@@ -13,30 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char *tmp_dir(void)
-{
-    char *d = strdup("/tmp/mpx-matrix-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static int sh(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    if (out) snprintf(out, len, "%s", buf);
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
-    return WEXITSTATUS(st);
-}
+#include "support/shell.h"
 
 /* DIR/NAME/run.json for a run of policy `prec` with seed, status and EM/F1. */
 static void put_run(const char *dir, const char *name, const char *prec, int seed, double lr,
@@ -84,7 +61,7 @@ static double stat_of(json_t *cell, const char *metric, const char *what)
  * (mean 11, s = √2.5 = 1.5811, t(0.975, 4) = 2.7764 -> 2.7764·1.5811/√5 = 1.9632). */
 static char *fixture(void)
 {
-    char *dir = tmp_dir();
+    char *dir = ts_tmpdir("matrix");
     put_run(dir, "fp32_1", "fp32", 1, 1e-4, "finished", NULL, 1, 10);
     put_run(dir, "fp32_2", "fp32", 2, 1e-4, "finished", NULL, 2, 20);
     put_run(dir, "fp32_3", "fp32", 3, 1e-4, "finished", NULL, 3, 60);
@@ -104,7 +81,7 @@ Test(matrix, seeds_aggregate_to_mean_interval_and_n)
 {
     char *dir = fixture();
     static char out[1 << 20];
-    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
                     "--metric EM,F1,memory.bytes_per_param --format json", dir), 0, "%s", out);
     json_error_t e;
     json_t *m = json_loads(out, 0, &e);
@@ -143,7 +120,7 @@ Test(matrix, markdown_shows_values_and_footnotes)
 {
     char *dir = fixture();
     static char out[1 << 20];
-    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
                     "--metric EM,F1", dir), 0, "%s", out);
     cr_expect(strstr(out, "| precision.plugin \\ optimizer.plugin | adam |"), "%s", out);
     cr_expect(strstr(out, "| fp32 | 2 ± 2.484 / 30 ± 65.72 (n=3) |"), "%s", out); /* 4.3027·√700/√3 = 65.72 */
@@ -160,7 +137,7 @@ Test(matrix, csv_has_one_line_per_cell_and_metric)
 {
     char *dir = fixture();
     static char out[1 << 20];
-    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
                     "--metric EM --format csv", dir), 0, "%s", out);
     cr_expect(strstr(out, "precision.plugin,optimizer.plugin,metric,status,n,mean,ci95,sd,reason\n"), "%s", out);
     cr_expect(strstr(out, "\nfp32,adam,EM,finished,3,2,2.48413"), "%s", out);
@@ -172,11 +149,11 @@ Test(matrix, runs_that_differ_beyond_the_seed_are_refused)
     char *dir = fixture();
     put_run(dir, "fp32_4", "fp32", 4, 3e-4, "finished", NULL, 4, 40);
     char out[8192];
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.plugin "
                     "--metric EM 2>&1", dir), 2);
     cr_expect(strstr(out, "optimizer.lr"), "%s", out);
     /* with the lr as the column it is a table again */
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.lr "
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols optimizer.lr "
                     "--metric EM 2>&1", dir), 0, "%s", out);
     cr_expect(strstr(out, "| fp32 | 2 ± 2.484 (n=3) | 4 |"), "%s", out);
 }
@@ -185,9 +162,9 @@ Test(matrix, unknown_keys_and_metrics_are_named)
 {
     char *dir = fixture();
     char out[8192];
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugn --cols optimizer.plugin "
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugn --cols optimizer.plugin "
                     "--metric EM 2>&1", dir), 2);
     cr_expect(strstr(out, "precision.plugn"), "%s", out);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EMM 2>&1", dir), 2);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EMM 2>&1", dir), 2);
     cr_expect(strstr(out, "EMM") && strstr(out, "EM, F1"), "%s", out);
 }

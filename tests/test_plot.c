@@ -9,54 +9,14 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static char *tmp_dir(void)
-{
-    char *d = strdup("/tmp/mpx-plot-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static int sh(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char buf[16384];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    if (out) {
-        size_t m = n < len - 1 ? n : len - 1;
-        memcpy(out, buf, m);
-        out[m] = 0;
-    }
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "no %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
+#include "support/shell.h"
 
 static const char *two_runs(void)
 {
     static char dir[64];
-    snprintf(dir, sizeof dir, "%s", tmp_dir());
+    snprintf(dir, sizeof dir, "%s", ts_tmpdir("plot"));
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 -s 'run.name=\"%s\"' "
+        cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 -s 'run.name=\"%s\"' "
                         "-s optimizer.lr=%s --out %s/%s >/dev/null 2>&1", i ? "beta_run" : "alpha_run",
                         i ? "0.1" : "0.05", dir, i ? "b" : "a"), 0);
     return dir;
@@ -79,9 +39,9 @@ Test(plot, svg_with_one_legend_entry_per_run)
     const char *dir = two_runs();
     char svg[256], out[4096];
     snprintf(svg, sizeof svg, "%s/curves.svg", dir);
-    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a %s/b -o %s 2>&1", dir, dir, svg), 0, "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/a %s/b -o %s 2>&1", dir, dir, svg), 0, "%s", out);
     size_t n;
-    char *text = slurp(svg, &n);
+    char *text = ts_slurp(svg, &n);
     const char *root = root_element(text);
     cr_expect(!strncmp(root, "<svg", 4) && (root[4] == ' ' || root[4] == '\n'), "root: %.40s", root);
     cr_expect(strstr(root, "xmlns=\"http://www.w3.org/2000/svg\""), "no SVG namespace");
@@ -98,9 +58,9 @@ Test(plot, png_magic)
     const char *dir = two_runs();
     char png[256], out[4096];
     snprintf(png, sizeof png, "%s/curves.png", dir);
-    cr_assert_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s 2>&1", dir, png), 0, "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s 2>&1", dir, png), 0, "%s", out);
     size_t n;
-    char *bytes = slurp(png, &n);
+    char *bytes = ts_slurp(png, &n);
     cr_expect(n > 8 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8), "not a PNG");
     free(bytes);
 }
@@ -110,9 +70,9 @@ Test(plot, errors_are_clear)
     const char *dir = two_runs();
     char out[4096], mpx[PATH_MAX];
     cr_assert_not_null(realpath("build/bin/mpx", mpx));
-    cr_expect_eq(sh(out, sizeof out, "env -u MPX_GNUPLOT PATH=/nonexistent %s plot %s/a -o %s/x.svg 2>&1",
+    cr_expect_eq(ts_sh(out, sizeof out, "env -u MPX_GNUPLOT PATH=/nonexistent %s plot %s/a -o %s/x.svg 2>&1",
                     mpx, dir, dir), 2);
     cr_expect(strstr(out, "gnuplot not found") && strstr(out, "gnuplot-nox"), "%s", out);
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s/x.pdf 2>&1", dir, dir), 2);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s/x.pdf 2>&1", dir, dir), 2);
     cr_expect(strstr(out, ".svg or .png"), "%s", out);
 }

@@ -13,39 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char *tmp_dir(void)
-{
-    char *d = strdup("/tmp/mpx-sweep-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-/* Runs a shell command; its stdout into out (may be NULL); returns the exit code. */
-static int sh(char *out, size_t len, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    if (out) snprintf(out, len, "%s", buf);
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
-    return WEXITSTATUS(st);
-}
+#include "support/shell.h"
 
 static json_t *load(const char *path)
 {
@@ -62,14 +30,14 @@ static char *sweep_file(const char *dir, const char *name, const char *axes)
     cr_assert_not_null(realpath("configs/toy.cfg", base));
     snprintf(text, sizeof text, "name = \"%s\";\nbase = \"%s\";\naxes = ( %s );\n", name, base, axes);
     snprintf(path, PATH_MAX, "%s/%s.cfg", dir, name);
-    write_file(path, text);
+    ts_write_file(path, text);
     return path;
 }
 
 /* mpx sweep with the outputs in dir/out and short runs. */
 static int sweep(const char *dir, const char *file, const char *env, const char *extra, char *out, size_t len)
 {
-    return sh(out, len, "%s build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 %s 2>/dev/null",
+    return ts_sh(out, len, "%s build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 %s 2>/dev/null",
               env, file, dir, extra);
 }
 
@@ -112,7 +80,7 @@ static const char *const toy_cells[4] = { "0.05_1", "0.05_2", "0.1_1", "0.1_2" }
 
 Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
 {
-    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    char *dir = ts_tmpdir("sweep"), out[65536], idx_path[PATH_MAX];
     char *file = sweep_file(dir, "t", "{ key = \"optimizer.lr\"; values = (0.05, 0.1); },"
                                       "{ key = \"run.seed\"; values = (1, 2); }");
     cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
@@ -148,7 +116,7 @@ Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
     json_t *victim = cell_of(idx, "0.1_2");
     char base[PATH_MAX];
     cr_assert_not_null(realpath("configs/toy.cfg", base));
-    sh(NULL, 0, "MPX_FAULT_AT_STEP=5 build/bin/mpx run %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
+    ts_sh(NULL, 0, "MPX_FAULT_AT_STEP=5 build/bin/mpx run %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
        "-s optimizer.lr=0.1 -s run.seed=2 --out %s >/dev/null 2>&1", base, dir,
        json_string_value(json_object_get(victim, "dir")));
     cr_assert_str_eq(status_of(victim), "killed");
@@ -176,7 +144,7 @@ Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
 
 Test(sweep, cells_killed_by_the_fault_hook_are_unfinished_then_resumed)
 {
-    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    char *dir = ts_tmpdir("sweep"), out[65536], idx_path[PATH_MAX];
     char *file = sweep_file(dir, "k", "{ key = \"run.seed\"; values = (1, 2); }");
     cr_expect_eq(sweep(dir, file, "MPX_FAULT_AT_STEP=3", "", out, sizeof out), 1, "%s", out);
     cr_expect(strstr(out, "0 finished") && strstr(out, "2 unfinished"), "%s", out);
@@ -192,7 +160,7 @@ Test(sweep, cells_killed_by_the_fault_hook_are_unfinished_then_resumed)
 
 Test(sweep, failed_cells_are_retried_only_when_asked)
 {
-    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX];
+    char *dir = ts_tmpdir("sweep"), out[65536], idx_path[PATH_MAX];
     /* 0 is refused by the configuration (never started); 600 fails at run time */
     char *file = sweep_file(dir, "f", "{ key = \"train.batch_size\"; values = (32, 0, 600); }");
     cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 1, "%s", out);
@@ -216,10 +184,10 @@ Test(sweep, failed_cells_are_retried_only_when_asked)
 
 Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
 {
-    char *dir = tmp_dir(), out[65536], idx_path[PATH_MAX], plugins[PATH_MAX];
+    char *dir = ts_tmpdir("sweep"), out[65536], idx_path[PATH_MAX], plugins[PATH_MAX];
     /* only the test plugin in its folder: the other test plugins are broken on purpose */
     snprintf(plugins, sizeof plugins, "%s/plugins", dir);
-    cr_assert_eq(sh(NULL, 0, "mkdir -p %s && cp build/test-plugins/incompat_precision.so %s/", plugins, plugins), 0);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && cp build/test-plugins/incompat_precision.so %s/", plugins, plugins), 0);
     char *file = sweep_file(dir, "s", "{ key = \"precision.plugin\"; values = (\"fp32\", \"incompat-test\", \"no-such-policy\"); }");
     char extra[PATH_MAX + 32];
     snprintf(extra, sizeof extra, "--plugin-dir %s", plugins);
@@ -247,7 +215,7 @@ Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
 
     /* the matrix shows both as skipped with their reasons, and the finished cell's value */
     char cmd_out[65536];
-    cr_assert_eq(sh(cmd_out, sizeof cmd_out, "build/bin/mpx matrix %s/out/s --rows precision.plugin --cols optimizer.plugin "
+    cr_assert_eq(ts_sh(cmd_out, sizeof cmd_out, "build/bin/mpx matrix %s/out/s --rows precision.plugin --cols optimizer.plugin "
                     "--metric final_loss 2>&1", dir), 0);
     cr_expect(strstr(cmd_out, "| incompat-test | skipped [") && strstr(cmd_out, "| no-such-policy | skipped ["), "%s", cmd_out);
     cr_expect(strstr(cmd_out, "] skipped: precision/incompat-test cannot be combined with optimizer/sgd"), "%s", cmd_out);
@@ -268,12 +236,12 @@ Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
 
 Test(sweep, bad_sweep_files_name_the_file_and_line)
 {
-    char *dir = tmp_dir(), out[8192], path[PATH_MAX];
+    char *dir = ts_tmpdir("sweep"), out[8192], path[PATH_MAX];
     snprintf(path, sizeof path, "%s/bad.cfg", dir);
-    write_file(path, "base = \"../toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 1); } );\n");
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
+    ts_write_file(path, "base = \"../toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 1); } );\n");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
     cr_expect(strstr(out, "bad.cfg:2") && strstr(out, "twice"), "%s", out);
-    write_file(path, "base = \"../toy.cfg\";\nfoo = 1;\naxes = ( { key = \"run.seed\"; values = (1); } );\n");
-    cr_expect_eq(sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
+    ts_write_file(path, "base = \"../toy.cfg\";\nfoo = 1;\naxes = ( { key = \"run.seed\"; values = (1); } );\n");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
     cr_expect(strstr(out, "bad.cfg:2") && strstr(out, "'foo'"), "%s", out);
 }

@@ -1,0 +1,65 @@
+#include "shell.h"
+
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char *ts_tmpdir(const char *tag)
+{
+    char *d = malloc(strlen(tag) + 32);
+    cr_assert_not_null(d);
+    sprintf(d, "/tmp/mpx-%s-XXXXXX", tag);
+    cr_assert_not_null(mkdtemp(d), "mkdtemp %s", d);
+    return d;
+}
+
+int ts_sh(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen: %s", cmd);
+    size_t used = 0;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) {
+        if (out && used + 1 < len) {
+            size_t m = n < len - 1 - used ? n : len - 1 - used;
+            memcpy(out + used, buf, m);
+            used += m;
+        }
+    }
+    if (out && len) out[used] = 0;
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "%s: status %d", cmd, st);
+    return WEXITSTATUS(st);
+}
+
+void ts_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "cannot write %s", path);
+}
+
+char *ts_slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    cr_assert_not_null(buf);
+    size_t got = fread(buf, 1, (size_t)len, f);
+    buf[got] = 0;
+    fclose(f);
+    if (n) *n = got;
+    return buf;
+}

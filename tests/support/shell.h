@@ -1,0 +1,21 @@
+/* Shell helpers for the suites that run build/bin/mpx as a child process. Failures
+ * assert (Criterion), naming the command or file. */
+#ifndef MPX_TEST_SHELL_H
+#define MPX_TEST_SHELL_H
+
+#include <stddef.h>
+
+/* A fresh folder /tmp/mpx-TAG-XXXXXX (malloc'd path). */
+char *ts_tmpdir(const char *tag);
+
+/* Runs the formatted command with /bin/sh; its stdout (whole, NUL-terminated) goes to
+ * out when out is not NULL (truncated to len). Returns the exit code; a command killed
+ * by a signal is a failed assertion. */
+int ts_sh(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+void ts_write_file(const char *path, const char *text);
+
+/* The whole file, NUL-terminated (malloc'd); its length in *n when n is not NULL. */
+char *ts_slurp(const char *path, size_t *n);
+
+#endif
