@@ -1,6 +1,6 @@
 # datasets/: the SQuAD v1.1 pipeline (reader, BERT tokenizer, feature windows,
 # post-processing, official metric) and `make data`.
-SQUAD_SRCS := datasets/sha256.c datasets/squad_reader.c datasets/squad_slice.c datasets/bert_tokenizer.c \
+SQUAD_SRCS := datasets/sha256.c datasets/codepoints.c datasets/squad_reader.c datasets/squad_slice.c datasets/bert_tokenizer.c \
               datasets/squad_features.c datasets/squad_postprocess.c datasets/squad_metric.c \
               datasets/squad_eval_cli.c
 LIB_SRCS += $(SQUAD_SRCS)

@@ -10,30 +10,10 @@
 #include <utf8proc.h>
 
 #include "bert_tokenizer.h"
-
-typedef struct cpvec {
-    int32_t *v;
-    int32_t n;
-} cpvec;
-
-static int decode(const char *s, cpvec *o)
-{
-    size_t len = strlen(s);
-    o->n = 0;
-    o->v = malloc(sizeof(int32_t) * (2 * len + 1)); /* lower() may double a code point */
-    if (!o->v) return -1;
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (k < 0) k = 1, cp = 0xFFFD;
-        o->v[o->n++] = cp;
-        i += (size_t)k;
-    }
-    return 0;
-}
+#include "codepoints.h"
 
 /* str.lower() of the whole string: per code point, with the Final_Sigma context. */
-static void py_lower(const cpvec *in, cpvec *out)
+static void py_lower(const mpx_cps *in, mpx_cps *out)
 {
     out->n = 0;
     for (int32_t i = 0; i < in->n; i++) {
@@ -78,10 +58,10 @@ static int is_article(const int32_t *w, int32_t n)
  * written as UTF-8 into one buffer, each NUL-terminated; returns the token count. */
 static int32_t normalize_tokens(const char *s, char **buf, char ***toks)
 {
-    cpvec in = {0}, low = {0};
+    mpx_cps in = {0}, low = {0};
     *buf = NULL;
     *toks = NULL;
-    if (decode(s, &in) || !(low.v = malloc(sizeof(int32_t) * (size_t)(2 * in.n + 1)))) goto oom;
+    if (mpx_cps_decode(s, &in) || !(low.v = malloc(sizeof(int32_t) * (size_t)(2 * in.n + 1)))) goto oom;
     py_lower(&in, &low);
     int32_t n = 0;
     for (int32_t i = 0; i < low.n; i++)

@@ -1,5 +1,6 @@
 /* Answer post-processing after run_squad.py write_predictions / get_final_text. */
 #include "squad_postprocess.h"
+#include "codepoints.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -39,27 +40,6 @@ static int cmp_prelim(const void *a, const void *b)
 }
 
 /* ------------------------------------------------------------ code-point strings */
-typedef struct cps {
-    int32_t *v;
-    int32_t n;
-} cps;
-
-static int decode(const char *s, cps *o)
-{
-    size_t len = strlen(s);
-    o->v = malloc(sizeof(int32_t) * (len + 1));
-    o->n = 0;
-    if (!o->v) return -1;
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (k < 0) k = 1, cp = 0xFFFD;
-        o->v[o->n++] = cp;
-        i += (size_t)k;
-    }
-    return 0;
-}
-
 static char *encode(const int32_t *v, int32_t n)
 {
     char *s = malloc(4 * (size_t)n + 1);
@@ -70,7 +50,7 @@ static char *encode(const int32_t *v, int32_t n)
     return s;
 }
 
-static int32_t find_cps(const cps *hay, const cps *needle)
+static int32_t find_cps(const mpx_cps *hay, const mpx_cps *needle)
 {
     for (int32_t i = 0; i + needle->n <= hay->n; i++)
         if (memcmp(hay->v + i, needle->v, sizeof(int32_t) * (size_t)needle->n) == 0) return i;
@@ -78,7 +58,7 @@ static int32_t find_cps(const cps *hay, const cps *needle)
 }
 
 /* _strip_spaces: the text without ' ', and the map from its indexes to the original. */
-static int32_t strip_spaces(const cps *t, int32_t *ns_to_s)
+static int32_t strip_spaces(const mpx_cps *t, int32_t *ns_to_s)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < t->n; i++)
@@ -86,7 +66,7 @@ static int32_t strip_spaces(const cps *t, int32_t *ns_to_s)
     return n;
 }
 
-static int32_t ns_index(const cps *t, const int32_t *ns_to_s, int32_t n_ns, int32_t s)
+static int32_t ns_index(const mpx_cps *t, const int32_t *ns_to_s, int32_t n_ns, int32_t s)
 {
     if (s < 0 || s >= t->n || t->v[s] == ' ') return -1;
     int32_t lo = 0, hi = n_ns - 1; /* ns_to_s is increasing */
@@ -99,7 +79,7 @@ static int32_t ns_index(const cps *t, const int32_t *ns_to_s, int32_t n_ns, int3
     return -1;
 }
 
-static char *align(const cps *pred, const cps *orig, const cps *tok, int32_t *orig_map, int32_t *tok_map)
+static char *align(const mpx_cps *pred, const mpx_cps *orig, const mpx_cps *tok, int32_t *orig_map, int32_t *tok_map)
 {
     int32_t start = find_cps(tok, pred);
     if (start < 0) return NULL;
@@ -116,10 +96,10 @@ char *mpx_squad_final_text(const char *pred_text, const char *orig_text)
 {
     /* transformers' BasicTokenizer.tokenize lowers whole words: Python's Final_Sigma applies */
     char *tok_text = mpx_bert_basic_tokenize(orig_text, strlen(orig_text), 1);
-    cps pred = {0}, orig = {0}, tok = {0};
+    mpx_cps pred = {0}, orig = {0}, tok = {0};
     char *out = NULL;
     int32_t *m1 = NULL, *m2 = NULL;
-    if (!tok_text || decode(pred_text, &pred) || decode(orig_text, &orig) || decode(tok_text, &tok)) goto done;
+    if (!tok_text || mpx_cps_decode(pred_text, &pred) || mpx_cps_decode(orig_text, &orig) || mpx_cps_decode(tok_text, &tok)) goto done;
     m1 = malloc(sizeof(int32_t) * (size_t)(orig.n + 1));
     m2 = malloc(sizeof(int32_t) * (size_t)(tok.n + 1));
     if (!m1 || !m2) goto done;
