@@ -119,7 +119,7 @@ static int load_file(bert *m, st_file *sf, float *flat, const size_t *off, char 
         seen[i] = 1;
     }
     if (n_ignored)
-        m->env->host->note(m->env, "bert-qa: %s: ignored %zu tensors: %s", sf->path, n_ignored, ignored);
+        m->env->host->note(m->env, "%s: ignored %zu tensors: %s", sf->path, n_ignored, ignored);
     return 0;
 }
 
@@ -136,7 +136,7 @@ static int fill_missing(bert *m, const char *path, float *flat, const size_t *of
     if (!seen[hw]) {
         init_param(m, hw, flat + off[hw], seed);
         init_param(m, hb, flat + off[hb], seed);
-        m->env->host->note(m->env, "bert-qa: %s has no qa_outputs: initialised (normal, std %g, seed %llu)",
+        m->env->host->note(m->env, "%s has no qa_outputs: initialised (normal, std %g, seed %llu)",
                            path, m->cfg.init_range, (unsigned long long)seed);
     }
     return 0;
@@ -177,7 +177,7 @@ int bert_init_weights(bert *m, float *flat, const size_t *offsets, uint64_t seed
     snprintf(path, sizeof path, "%s/model.safetensors", m->ckpt_dir);
     if (!m->random_init && file_exists(path)) return load_checkpoint(m, path, flat, offsets, seed);
     if (!m->random_init)
-        m->env->host->note(m->env, "bert-qa: %s not found: random initialisation of %s", path, m->cfg.path);
+        m->env->host->note(m->env, "%s not found: random initialisation of %s", path, m->cfg.path);
     for (size_t i = 0; i < m->n_params; i++) init_param(m, i, flat + offsets[i], seed);
     if (m->extra_tensors && *m->extra_tensors) {
         char *seen = calloc(m->n_params, 1);
@@ -214,7 +214,7 @@ static int copy_vocab(bert *m, const char *dir)
     if (same) return 0; /* saving over the checkpoint it came from: vocab.txt is there */
     FILE *f = fopen(src, "rb");
     if (!f) {
-        m->env->host->note(m->env, "bert-qa: no %s to copy into %s", src, dir);
+        m->env->host->note(m->env, "no %s to copy into %s", src, dir);
         return 0;
     }
     FILE *g = fopen(dst, "wb");
