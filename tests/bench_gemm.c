@@ -136,7 +136,11 @@ int main(int argc, char **argv)
         mpx_gemm g32 = make_gemm(s, &f, MPX_F32, MPX_F32), g16 = make_gemm(s, &h, MPX_BF16, MPX_BF16);
         mpx_gemm gh = make_gemm(s, &hf, MPX_F16, MPX_F16);
         ops->gemm(be, &g16);   /* warm the workspaces */
+        /* the backend keeps OpenBLAS single-threaded (it threads GEMMs itself): give the
+         * raw sgemm column the same number of threads, then put it back */
+        openblas_set_num_threads(threads > 0 ? threads : openblas_get_num_procs());
         double t_blas = time_sgemm(s, f.a, f.b, f.c);
+        openblas_set_num_threads(1);
         double t32 = time_op(ops, be, &g32), t16 = time_op(ops, be, &g16), th = time_op(ops, be, &gh);
         double ratio = t16 / t32;
         sum_ratio += ratio;

@@ -43,6 +43,8 @@ enum { S_ATTN_PROBS = 0, S_ATTN_OUT, S_FFN_OUT, S_PER_LAYER };
 typedef struct bert_layer_act {
     void *q, *k, *v, *ctx;    /* [T, H] act */
     void *probs;              /* [B, NH, S, S] softmax dtype, before dropout */
+    void *pd;                 /* [B, NH, S, S] softmax dtype, after dropout (kept for
+                                 backward when attention dropout is on; else NULL) */
     void *r1, *r2;            /* [T, H] residual dtype: layernorm inputs */
     void *x1, *x2;            /* [T, H] layernorm dtype: outputs */
     float *mean1, *rstd1, *mean2, *rstd2;
@@ -78,7 +80,6 @@ typedef struct bert {
     void *emb, *x0n, *x0;     /* [T, H]: embedding sum (res), LN out, dropout out (ln) */
     float *mean0, *rstd0;
     void *ta, *tb;            /* [T, H] act temporaries */
-    void *pd;                 /* [B, NH, S, S] dropped probabilities */
     void *gp1, *gp2;          /* [B, NH, S, S] 4-byte elements: scores / their grads */
     void *gx, *gr, *ga, *gb, *gq, *gk, *gv, *gctx; /* [T, H] grads */
     void *gff, *gff2;         /* [T, I] grads */

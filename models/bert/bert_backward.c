@@ -2,7 +2,7 @@
  * loss * loss_scale written (or added, accumulate != 0) into the flat grads buffer.
  * Every activation gradient has the dtype of its forward tensor; dropout masks are
  * regenerated from the same Philox position (site, tick) as in forward, never stored;
- * the dropped attention probabilities are recomputed the same way. */
+ * the dropped attention probabilities are the ones forward kept (bert_bind.c). */
 #include "bert.h"
 
 #include <math.h>
@@ -107,12 +107,8 @@ static int attention_core_bwd(bert *m, int l)
     const bert_layer_act *a = &m->act[l];
     const size_t n_probs = (size_t)m->cur_b * m->cur_s * m->cur_s * m->cfg.heads;
     const int drop = m->drop_on && m->p_attn > 0.0f;
-    mpx_arg probs = mpx_a(a->probs, m->dt_sm), pd = probs;
+    mpx_arg probs = mpx_a(a->probs, m->dt_sm), pd = drop ? mpx_a(a->pd, m->dt_sm) : probs;
     mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 };
-    if (drop) {
-        pd = mpx_a(m->pd, m->dt_sm);
-        MPX_TRY(m->ops->dropout_fwd(m->be, probs, pd, n_probs, m->p_attn, rng));
-    }
     mpx_arg g1 = mpx_a(m->gp1, m->dt_sm), dp = g1;
     MPX_TRY(attention_context_bwd(m, a, pd, g1));
     if (drop) {

@@ -49,6 +49,9 @@ static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
     BUF(v, T * H * act, "value");
     BUF(ctx, T * H * act, "context");
     BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
+    /* the dropped probabilities are kept rather than regenerated in backward: one
+     * Philox pass and one pass over [B, NH, S, S] less per layer, for this memory */
+    if (m->p_attn > 0.0f) BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
     BUF(r1, T * H * res, "attention residual");
     BUF(r2, T * H * res, "ffn residual");
     BUF(x1, T * H * ln, "attention layernorm");
@@ -74,7 +77,6 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
     m->rstd0 = scratch(m, T * 4, "bert embedding layernorm rstd", rc);
     m->ta = scratch(m, T * H * act, "bert dense output", rc);
     m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
-    m->pd = scratch(m, probs * mpx_dtype_size(m->dt_sm), "bert dropped probabilities", rc);
     m->gp1 = scratch(m, probs * 4, "bert scores / probability grads", rc);
     m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
     void **th[] = { &m->gx, &m->gr, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };

@@ -173,7 +173,7 @@ static int self_attention(bert *m, int l, mpx_arg x)
     MPX_TRY(m->ops->softmax_fwd(m->be, sc, mpx_a(m->mask, MPX_F32), probs, (size_t)m->cur_b,
                                 (size_t)m->cfg.heads, (size_t)m->cur_s, (size_t)m->cur_s, 1.0f));
     int rc = 0;
-    mpx_arg pd = dropout(m, probs, m->pd, n_probs, m->p_attn, bert_site(l, S_ATTN_PROBS), &rc);
+    mpx_arg pd = dropout(m, probs, a->pd, n_probs, m->p_attn, bert_site(l, S_ATTN_PROBS), &rc);
     return rc ? rc : attention_context(m, a, pd);
 }
 

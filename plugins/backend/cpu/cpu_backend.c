@@ -4,6 +4,7 @@
  *   cpu_gemm.c         gemm (OpenBLAS sgemm on fp32-widened inputs)
  *   cpu_rows.c         bias_add/grad, layernorm, softmax, cross_entropy
  *   cpu_misc.c         embeddings, sum_squares, count_nonfinite
+ *   cpu_vecmath.c      vectorised Philox, Phi and exp used by those
  * See cpu_internal.h for which results depend on the thread count (only GEMM's, through
  * OpenBLAS). */
 #define _GNU_SOURCE
@@ -57,8 +58,11 @@ static int cpu_create(mpx_env *env, void **out)
     be->env = env;
     be->threads = threads ? (int)threads : available_cores();
     be->has_f16c = cpu_detect_f16c();
-    /* OpenBLAS keeps its thread count process-wide: the one global the backend sets. */
-    openblas_set_num_threads(be->threads);
+    be->has_avx2_fma = cpu_detect_avx2_fma();
+    be->has_avx2 = cpu_detect_avx2();
+    /* OpenBLAS keeps its thread count process-wide, the one global the backend sets: 1,
+     * since the pool threads the GEMMs (cpu_gemm.c). */
+    openblas_set_num_threads(1);
     be->pool = cpu_pool_create(be->threads);
     if (!be->pool) {
         (void)MPX_FAIL(env, "cannot create the cpu backend's thread pool (%d threads)", be->threads);

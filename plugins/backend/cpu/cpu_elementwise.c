@@ -25,17 +25,24 @@ struct ew_job {
     mpx_rng rng;
 };
 
+/* fp32 operands are used in place (no copy into the stack buffers): every kernel reads
+ * element j of its inputs before it writes element j of out, so y aliasing an input is
+ * fine. */
 static void ew_range(void *vjob, size_t begin, size_t end)
 {
     const ew_job *job = vjob;
     float buf[3][CPU_BLOCK];
-    float *in[2] = { buf[0], buf[1] };
     for (size_t off = begin; off < end; off += CPU_BLOCK) {
         size_t n = end - off < CPU_BLOCK ? end - off : CPU_BLOCK;
-        for (int i = 0; i < job->n_in; i++) cpu_load(job->be, job->in[i], off, n, in[i]);
-        if (job->read_out) cpu_load(job->be, job->out, off, n, buf[2]);
-        job->kernel(job, off, n, in, buf[2]);
-        cpu_store(job->be, buf[2], job->out, off, n);
+        float *in[2] = { buf[0], buf[1] };
+        for (int i = 0; i < job->n_in; i++) {
+            if (job->in[i].t == MPX_F32) in[i] = (float *)job->in[i].p + off;
+            else cpu_load(job->be, job->in[i], off, n, in[i]);
+        }
+        float *out = job->out.t == MPX_F32 ? (float *)job->out.p + off : buf[2];
+        if (job->read_out && out == buf[2]) cpu_load(job->be, job->out, off, n, out);
+        job->kernel(job, off, n, in, out);
+        if (out == buf[2]) cpu_store(job->be, out, job->out, off, n);
     }
 }
 
@@ -50,7 +57,7 @@ static int ew_run(ew_job *job, size_t n)
 static void k_copy(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
 {
     (void)j; (void)off;
-    memcpy(out, in[0], n * sizeof *out);
+    if (out != in[0]) memmove(out, in[0], n * sizeof *out);
 }
 
 int cpu_cast(void *vbe, mpx_arg x, mpx_arg y, size_t n)
@@ -114,28 +121,26 @@ int cpu_scale(void *vbe, mpx_arg x, float alpha, size_t n)
 
 /* ---- GELU, erf form: x * Phi(x) ----
  * Phi(x) = erfc(-x / sqrt 2) / 2 equals (1 + erf(x / sqrt 2)) / 2 but keeps its relative
- * accuracy for negative x, where 1 + erf cancels (x = -4 would lose 10 bits). */
-static inline float phi(float x) { return 0.5f * erfcf(-x * (float)M_SQRT1_2); }
+ * accuracy for negative x, where 1 + erf cancels (x = -4 would lose 10 bits): cpu_phi. */
 
 static void k_gelu_fwd(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
 {
-    (void)j; (void)off;
-    for (size_t i = 0; i < n; i++) {
-        float x = in[0][i];
-        out[i] = x * phi(x);
-    }
+    (void)off;
+    float cdf[CPU_BLOCK];
+    cpu_phi(j->be, in[0], cdf, n);
+    for (size_t i = 0; i < n; i++) out[i] = in[0][i] * cdf[i];
 }
 
 static void k_gelu_bwd(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
 {
-    (void)j; (void)off;
+    (void)off;
     const float inv_sqrt_2pi = 0.3989422804014327f;
-    for (size_t i = 0; i < n; i++) {
-        float x = in[1][i];
-        float cdf = phi(x);
-        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
-        out[i] = in[0][i] * (cdf + x * pdf);
-    }
+    float cdf[CPU_BLOCK], pdf[CPU_BLOCK];
+    const float *x = in[1];
+    cpu_phi(j->be, x, cdf, n);
+    for (size_t i = 0; i < n; i++) pdf[i] = -0.5f * x[i] * x[i];
+    cpu_exp(j->be, pdf, pdf, n);
+    for (size_t i = 0; i < n; i++) out[i] = in[0][i] * (cdf[i] + x[i] * (inv_sqrt_2pi * pdf[i]));
 }
 
 int cpu_gelu_fwd(void *vbe, mpx_arg x, mpx_arg y, size_t n)
@@ -159,14 +164,21 @@ int cpu_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
 
 /* ---- dropout: element i keeps when (draw_i >> 8) * 2^-24 >= p ---- */
 
+/* keep  <=>  (x >> 8) * 2^-24 >= p  <=>  (x >> 8) >= ceil(p * 2^24)  (exact: p * 2^24 is a
+ * float scaled by a power of two), so the compare is on integers and vectorises. */
 static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
 {
-    const float p = j->p;
-    for (size_t i = 0; i < n;) {
-        uint64_t e = j->rng.offset + off + i;
-        mpx_philox_out r = mpx_philox_block(j->rng.seed, j->rng.site, j->rng.tick, e >> 2);
-        for (unsigned w = (unsigned)(e & 3); w < 4 && i < n; w++, i++)
-            out[i] = mpx_uniform(r.v[w]) >= p ? in[0][i] * j->keep_scale : 0.0f;
+    uint32_t words[CPU_BLOCK];
+    cpu_philox_words(j->be, &j->rng, j->rng.offset + off, n, words);
+    const uint32_t keep_from = (uint32_t)ceil((double)j->p * 0x1p24);
+    const float s = j->keep_scale, *x = in[0];
+    for (size_t i = 0; i < n; i++) {
+        /* a bit mask rather than a select, so the loop vectorises (a dropped inf is 0) */
+        float v = x[i] * s;
+        uint32_t bits, keep = 0u - (uint32_t)((words[i] >> 8) >= keep_from);
+        memcpy(&bits, &v, sizeof bits);
+        bits &= keep;
+        memcpy(&out[i], &bits, sizeof bits);
     }
 }
 
@@ -225,6 +237,11 @@ static void upd_range(void *vjob, size_t begin, size_t end)
     for (size_t off = begin; off < end; off += CPU_BLOCK) {
         size_t n = end - off < CPU_BLOCK ? end - off : CPU_BLOCK;
         const float *u = j->u + off;
+        if (j->w.t == MPX_F32 && j->mode != MPX_ROUND_KAHAN) {
+            float *wp = (float *)j->w.p + off;   /* in place: no trip through the buffer */
+            for (size_t i = 0; i < n; i++) wp[i] += u[i];
+            continue;
+        }
         cpu_load(j->be, j->w, off, n, w);
         if (j->mode == MPX_ROUND_KAHAN) {
             cpu_load(j->be, j->comp, off, n, c);
@@ -239,7 +256,7 @@ static void upd_range(void *vjob, size_t begin, size_t end)
             continue;
         }
         for (size_t i = 0; i < n; i++) w[i] += u[i];
-        if (j->mode == MPX_ROUND_STOCHASTIC && j->w.t != MPX_F32)
+        if (j->mode == MPX_ROUND_STOCHASTIC)
             sr_store(j, w, off, n);
         else
             cpu_store(j->be, w, j->w, off, n);

@@ -3,14 +3,19 @@
  * is converted into a compact fp32 copy and sgemm runs on that; a 16-bit C is computed
  * in fp32 (read first when beta != 0) and rounded once at the end. Work goes one batch
  * item at a time, so converted operands are still in cache when used.
- * Two ways to use the threads:
- *  - one matrix (or few): OpenBLAS threads the sgemm, the pool converts row blocks into
- *    the backend's workspace (slot 0: A, 1: B, 2: C);
- *  - a batch of at least CPU_GEMM_BATCH_PAR items per thread (attention): OpenBLAS is
- *    set to one thread and the pool runs whole items, each thread converting into its
- *    own buffers — no hand-offs between OpenBLAS's threads and ours.
+ * OpenBLAS always runs single-threaded (set at create): the backend's pool is the only
+ * set of threads, so no OpenBLAS worker spins (sched_yield) while the pool runs the
+ * elementwise ops — on 2 cores that spinning cost ~20 % of a BERT step. Threads are used
+ *  - one matrix (or few): C is cut into pieces along its larger dimension (rows of
+ *    op(A) or columns of op(B), multiples of CPU_GEMM_ALIGN), each piece one
+ *    single-threaded sgemm, run by the pool; the pool also converts operands row block
+ *    by row block into the backend's workspace (slot 0: A, 1: B, 2: C);
+ *  - a batch of at least CPU_GEMM_BATCH_PAR items per thread (attention): the pool runs
+ *    whole items, each thread converting into its own buffers.
  * Either way every element of C is one single-threaded-kernel dot product over K in
- * OpenBLAS's blocking, which is why the bits do not change with the thread count. */
+ * OpenBLAS's blocking, which does not depend on where C was cut as long as no piece is
+ * small enough for OpenBLAS's small-matrix kernels (CPU_GEMM_MIN_PIECE): the bits do not
+ * change with the thread count (test_cpu_ops checks it). */
 #include "cpu_internal.h"
 
 #include <cblas.h>
@@ -21,6 +26,16 @@
 #define CPU_GEMM_ROW_GRAIN 16
 /* Batch items per thread from which items are spread over threads. */
 #define CPU_GEMM_BATCH_PAR 2
+/* Pieces of a cut C start at multiples of this many rows/columns (the kernels' tile). */
+#define CPU_GEMM_ALIGN 16
+/* Smallest piece: CPU_GEMM_MIN_UNITS x CPU_GEMM_ALIGN rows (or columns), and at least
+ * CPU_GEMM_MIN_PIECE multiply-adds. The second bound keeps the bits: OpenBLAS (0.3.17+)
+ * sends "small" products (M N K <= 1e6 on SkylakeX/Cooperlake) to other kernels, which
+ * accumulate in another order — a piece of a large GEMM must not become small. Random
+ * shapes cut this way (all four transpose cases) gave the uncut bits; with 16-row
+ * pieces allowed, 32 of 450 did not. */
+#define CPU_GEMM_MIN_UNITS 4
+#define CPU_GEMM_MIN_PIECE 4e6
 
 /* One operand's stored layout: `batch` matrices of rows × cols at stride, leading dim ld. */
 typedef struct operand {
@@ -123,6 +138,56 @@ static void sgemm(const mpx_gemm *g, const float *A, int lda, const float *B, in
                 A, lda, B, ldb, g->beta, C, ldc);
 }
 
+/* One fp32 GEMM whose C is cut into pieces for the pool. */
+typedef struct split_job {
+    const mpx_gemm *g;
+    const float *A, *B;
+    float *C;
+    int lda, ldb, ldc, by_rows;
+} split_job;
+
+static void split_pieces(void *vj, size_t begin, size_t end)
+{
+    const split_job *j = vj;
+    mpx_gemm g = *j->g;
+    int lo = (int)begin * CPU_GEMM_ALIGN, dim = j->by_rows ? g.m : g.n;
+    int hi = (int)end * CPU_GEMM_ALIGN < dim ? (int)end * CPU_GEMM_ALIGN : dim;
+    const float *A = j->A, *B = j->B;
+    float *C = j->C;
+    if (j->by_rows) {   /* rows lo..hi of op(A) and C */
+        g.m = hi - lo;
+        A += g.trans_a ? (size_t)lo : (size_t)lo * (size_t)j->lda;
+        C += (size_t)lo * (size_t)j->ldc;
+    } else {            /* columns lo..hi of op(B) and C */
+        g.n = hi - lo;
+        B += g.trans_b ? (size_t)lo * (size_t)j->ldb : (size_t)lo;
+        C += (size_t)lo;
+    }
+    sgemm(&g, A, j->lda, B, j->ldb, C, j->ldc);
+}
+
+/* sgemm over the pool (NULL: this thread alone). The larger dimension is cut, so the
+ * operand every piece repacks is the smaller one; one piece per thread (each piece
+ * repacks that operand), fewer when pieces would be small. */
+static void sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
+                       const float *B, int ldb, float *C, int ldc)
+{
+    int by_rows = g->m >= g->n, dim = by_rows ? g->m : g->n;
+    double other_k = (double)(by_rows ? g->n : g->m) * (double)g->k;
+    size_t units = (size_t)(dim + CPU_GEMM_ALIGN - 1) / CPU_GEMM_ALIGN, pieces = (size_t)be->threads;
+    for (; pieces > 1; pieces--) {   /* the last piece is the smallest: check it */
+        size_t per = (units + pieces - 1) / pieces, n_cut = (units + per - 1) / per;
+        double last = (double)dim - (double)((n_cut - 1) * per * CPU_GEMM_ALIGN);
+        if (n_cut > 1 && last >= CPU_GEMM_MIN_UNITS * CPU_GEMM_ALIGN && last * other_k >= CPU_GEMM_MIN_PIECE) break;
+    }
+    if (!pool || pieces < 2 || g->k == 0) {
+        sgemm(g, A, lda, B, ldb, C, ldc);
+        return;
+    }
+    split_job j = { g, A, B, C, lda, ldb, ldc, by_rows };
+    cpu_pool_run(pool, units, (units + pieces - 1) / pieces, split_pieces, &j);   /* grain = per */
+}
+
 /* Batch item b of an operand as a one-matrix operand. */
 static operand item(const operand *o, int b)
 {
@@ -153,7 +218,7 @@ static void gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const opera
         ldc = g->n;
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
-    sgemm(g, A, lda, B, ldb, C, ldc);
+    sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
     if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
 }
 
@@ -192,9 +257,7 @@ static int gemm_batch_parallel(cpu_be *be, const mpx_gemm *g, const operand *oa,
 {
     batch_job j = { .be = be, .g = g, .oa = oa, .ob = ob, .oc = oc };
     atomic_init(&j.failed, 0);
-    openblas_set_num_threads(1);
     cpu_pool_run(be->pool, (size_t)g->batch, 1, batch_items, &j);
-    openblas_set_num_threads(be->threads);
     if (atomic_load(&j.failed))
         return (void)CPU_FAIL(be, "cpu gemm: out of memory for per-thread buffers (m=%d n=%d k=%d)", g->m, g->n, g->k), MPX_ERR_NOMEM;
     return MPX_OK;
@@ -210,7 +273,6 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
         (sz[1] && !(w.b = cpu_ws(be, 1, sz[1] * sizeof(float)))) ||
         (sz[2] && !(w.c = cpu_ws(be, 2, sz[2] * sizeof(float)))))
         return MPX_ERR_NOMEM;
-    if (openblas_get_num_threads() != be->threads) openblas_set_num_threads(be->threads);
     for (int b = 0; b < g->batch; b++) gemm_item(be, be->pool, g, oa, ob, oc, b, &w);
     return MPX_OK;
 }

@@ -3,10 +3,11 @@
  *
  * Thread count and results: every op except GEMM gives bitwise the same result for any
  * `threads` value, because work is split into fixed-size blocks (never into one piece
- * per thread) and partial sums are combined in block order. GEMM results are whatever
- * OpenBLAS gives; OpenBLAS 0.3.21 splits sgemm over M and N only, so they do not change
- * with the thread count either on the shapes tested (test_cpu_ops_threads), but that is
- * OpenBLAS's property, not ours.
+ * per thread) and partial sums are combined in block order. GEMM cuts C into pieces
+ * (rows or columns), each one single-threaded OpenBLAS sgemm: an element of C is the same
+ * dot product wherever the cut falls (OpenBLAS's kernels accumulate each element over K
+ * alone), so GEMM results do not change with the thread count either (test_cpu_ops
+ * checks it) — a property of OpenBLAS's kernels that the test would catch if it broke.
  */
 #ifndef MPX_CPU_INTERNAL_H
 #define MPX_CPU_INTERNAL_H
@@ -40,6 +41,8 @@ typedef struct cpu_be {
     void *ws[CPU_WS_SLOTS];   /* reusable workspaces (GEMM operands, partial sums) */
     size_t ws_bytes[CPU_WS_SLOTS];
     int has_f16c;
+    int has_avx2_fma;      /* vector Phi/exp through libmvec (cpu_vecmath.c) */
+    int has_avx2;          /* vector Philox */
     char line[160];
 } cpu_be;
 
@@ -64,6 +67,17 @@ void cpu_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t
 void cpu_round_inplace(const cpu_be *be, float *x, size_t n, mpx_dtype t);
 /* The CPU supports F16C (checked once at create). */
 int cpu_detect_f16c(void);
+
+/* ---- vector helpers (cpu_vecmath.c) ---- */
+/* out[i] = the Philox word of stream element e0 + i (DESIGN: word e % 4 of block e / 4). */
+void cpu_philox_words(const cpu_be *be, const mpx_rng *rng, uint64_t e0, size_t n, uint32_t *out);
+/* out[i] = Phi(x[i]) = erfc(-x[i] / sqrt 2) / 2 (out may be x). */
+void cpu_phi(const cpu_be *be, const float *x, float *out, size_t n);
+/* out[i] = exp(x[i]) (out may be x). */
+void cpu_exp(const cpu_be *be, const float *x, float *out, size_t n);
+/* The CPU has AVX2 and FMA and glibc the vector functions (checked once at create). */
+int cpu_detect_avx2_fma(void);
+int cpu_detect_avx2(void);
 
 /* ---- ops, one group per file ---- */
 int cpu_cast(void *be, mpx_arg x, mpx_arg y, size_t n);

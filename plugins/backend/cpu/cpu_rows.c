@@ -51,19 +51,79 @@ static float *vector_f32(cpu_be *be, mpx_arg v, size_t cols, int slot)
     return w;
 }
 
+/* ---- fp32 rows in place ----
+ * An fp32 row is read and written where it is stored (no copy into a work buffer);
+ * other dtypes go through `buf`. Each op below reads element c of its inputs before it
+ * writes element c of its output (or finishes reading a row before writing it), so an
+ * output aliasing an input is fine. */
+static const float *row_in(const row_job *j, mpx_arg a, size_t off, float *buf)
+{
+    if (a.t == MPX_F32) return (const float *)a.p + off;
+    cpu_load(j->be, a, off, j->cols, buf);
+    return buf;
+}
+
+static float *row_out(mpx_arg a, size_t off, float *buf)
+{
+    return a.t == MPX_F32 ? (float *)a.p + off : buf;
+}
+
+static void row_done(const row_job *j, const float *r, mpx_arg a, size_t off)
+{
+    if (a.t != MPX_F32) cpu_store(j->be, r, a, off, j->cols);
+}
+
+/* Sums and maxima over a row in 8 interleaved lanes combined in a fixed order: the loops
+ * vectorise, and the result depends only on n (never on threads). */
+#define LANES 8
+static float row_sum(const float *x, size_t n)
+{
+    float acc[LANES] = { 0 };
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += x[c + k];
+    for (; c < n; c++) acc[0] += x[c];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float row_dot(const float *x, const float *y, size_t n)
+{
+    float acc[LANES] = { 0 };
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += x[c + k] * y[c + k];
+    for (; c < n; c++) acc[0] += x[c] * y[c];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* NaN elements are skipped, as `x > m ? x : m` does. */
+static float row_max(const float *x, size_t n)
+{
+    float acc[LANES];
+    for (int k = 0; k < LANES; k++) acc[k] = -INFINITY;
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] = x[c + k] > acc[k] ? x[c + k] : acc[k];
+    for (; c < n; c++) acc[0] = x[c] > acc[0] ? x[c] : acc[0];
+    float m = acc[0];
+    for (int k = 1; k < LANES; k++) m = acc[k] > m ? acc[k] : m;
+    return m;
+}
+
 /* ---- bias ---- */
 
 static void bias_add_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
-    float *r = row_buffers(j, 1);
-    if (!r) return;
+    float *buf = row_buffers(j, 2);
+    if (!buf) return;
     for (size_t i = begin; i < end; i++) {
-        cpu_load(j->be, j->x, i * j->cols, j->cols, r);
-        for (size_t c = 0; c < j->cols; c++) r[c] += j->vec0[c];
-        cpu_store(j->be, r, j->y, i * j->cols, j->cols);
+        const float *x = row_in(j, j->x, i * j->cols, buf);
+        float *r = row_out(j->y, i * j->cols, buf + j->cols);
+        for (size_t c = 0; c < j->cols; c++) r[c] = x[c] + j->vec0[c];
+        row_done(j, r, j->y, i * j->cols);
     }
-    free(r);
+    free(buf);
 }
 
 int cpu_bias_add(void *vbe, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols)
@@ -90,8 +150,8 @@ static void bias_grad_blocks(void *vj, size_t begin, size_t end)
         memset(p, 0, j->cols * sizeof(float));
         size_t r1 = (blk + 1) * CPU_ROW_BLOCK < j->rows ? (blk + 1) * CPU_ROW_BLOCK : j->rows;
         for (size_t i = blk * CPU_ROW_BLOCK; i < r1; i++) {
-            cpu_load(j->be, j->dy, i * j->cols, j->cols, r);
-            for (size_t c = 0; c < j->cols; c++) p[c] += r[c];
+            const float *dy = row_in(j, j->dy, i * j->cols, r);
+            for (size_t c = 0; c < j->cols; c++) p[c] += dy[c];
         }
     }
     free(r);
@@ -132,22 +192,26 @@ int cpu_bias_grad(void *vbe, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols
 static void layernorm_fwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
-    float *r = row_buffers(j, 1);
-    if (!r) return;
+    float *buf = row_buffers(j, 2);
+    if (!buf) return;
     const size_t n = j->cols;
     for (size_t i = begin; i < end; i++) {
-        cpu_load(j->be, j->x, i * n, n, r);
-        float sum = 0.0f;
-        for (size_t c = 0; c < n; c++) sum += r[c];
-        float mean = sum / (float)n, var = 0.0f;
-        for (size_t c = 0; c < n; c++) { float d = r[c] - mean; var += d * d; }
+        const float *x = row_in(j, j->x, i * n, buf);
+        float *r = row_out(j->y, i * n, buf + n);
+        float mean = row_sum(x, n) / (float)n;
+        float acc[LANES] = { 0 };
+        size_t c = 0;
+        for (; c + LANES <= n; c += LANES)
+            for (int k = 0; k < LANES; k++) { float d = x[c + k] - mean; acc[k] += d * d; }
+        for (; c < n; c++) { float d = x[c] - mean; acc[0] += d * d; }
+        float var = row_sum(acc, LANES);
         float rstd = 1.0f / sqrtf(var / (float)n + j->eps);
-        for (size_t c = 0; c < n; c++) r[c] = (r[c] - mean) * rstd * j->vec0[c] + j->vec1[c];
-        cpu_store(j->be, r, j->y, i * n, n);
+        for (c = 0; c < n; c++) r[c] = (x[c] - mean) * rstd * j->vec0[c] + j->vec1[c];
+        row_done(j, r, j->y, i * n);
         if (j->mean) j->mean[i] = mean;
         if (j->rstd) j->rstd[i] = rstd;
     }
-    free(r);
+    free(buf);
 }
 
 int cpu_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
@@ -173,33 +237,31 @@ static void layernorm_bwd_blocks(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
     const size_t n = j->cols;
-    float *buf = row_buffers(j, 4);
+    float *buf = row_buffers(j, 5);
     if (!buf) return;
-    float *dy = buf, *xh = buf + n, *dxr = buf + 2 * n, *old = buf + 3 * n;
+    float *dyb = buf, *xb = buf + n, *xh = buf + 2 * n, *g = buf + 3 * n, *dxb = buf + 4 * n;
     for (size_t blk = begin; blk < end; blk++) {
         float *pg = j->partials + blk * 2 * n, *pb = pg + n;
         memset(pg, 0, 2 * n * sizeof(float));
         size_t r1 = (blk + 1) * CPU_ROW_BLOCK < j->rows ? (blk + 1) * CPU_ROW_BLOCK : j->rows;
         for (size_t i = blk * CPU_ROW_BLOCK; i < r1; i++) {
-            cpu_load(j->be, j->dy, i * n, n, dy);
-            cpu_load(j->be, j->x, i * n, n, xh);
-            float mu = j->cmean[i], rs = j->crstd[i], sum_g = 0.0f, sum_gx = 0.0f;
+            const float *dy = row_in(j, j->dy, i * n, dyb), *x = row_in(j, j->x, i * n, xb);
+            float mu = j->cmean[i], rs = j->crstd[i];
             for (size_t c = 0; c < n; c++) {
-                xh[c] = (xh[c] - mu) * rs;
-                float g = dy[c] * j->vec0[c];
-                sum_g += g;
-                sum_gx += g * xh[c];
+                xh[c] = (x[c] - mu) * rs;
+                g[c] = dy[c] * j->vec0[c];
                 pg[c] += dy[c] * xh[c];
                 pb[c] += dy[c];
             }
-            float mg = sum_g / (float)n, mgx = sum_gx / (float)n;
+            float mg = row_sum(g, n) / (float)n, mgx = row_dot(g, xh, n) / (float)n;
             if (!j->dx.p) continue;
-            if (j->accumulate) cpu_load(j->be, j->dx, i * n, n, old);
+            float *dx = row_out(j->dx, i * n, dxb);
+            const float *old = j->accumulate ? row_in(j, j->dx, i * n, dxb) : NULL;
             for (size_t c = 0; c < n; c++) {
-                float v = rs * (dy[c] * j->vec0[c] - mg - xh[c] * mgx);
-                dxr[c] = j->accumulate ? old[c] + v : v;
+                float v = rs * (g[c] - mg - xh[c] * mgx);
+                dx[c] = old ? old[c] + v : v;
             }
-            cpu_store(j->be, dxr, j->dx, i * n, n);
+            row_done(j, dx, j->dx, i * n);
         }
     }
     free(buf);
@@ -238,24 +300,25 @@ static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
     const size_t n = j->cols;
-    float *buf = row_buffers(j, 2);
+    float *buf = row_buffers(j, 3);
     if (!buf) return;
-    float *r = buf, *mask = buf + n;
+    float *xb = buf, *mask = buf + n, *yb = buf + 2 * n;
     size_t mask_row = (size_t)-1;
     for (size_t i = begin; i < end; i++) {
-        cpu_load(j->be, j->x, i * n, n, r);
+        const float *x = row_in(j, j->x, i * n, xb);
+        float *r = row_out(j->y, i * n, yb);
         size_t b = i / j->heads_rows;
         if (j->aux.p && b != mask_row) { cpu_load(j->be, j->aux, b * n, n, mask); mask_row = b; }
-        float mx = -INFINITY;
-        for (size_t c = 0; c < n; c++) {
-            r[c] = j->scale * r[c] + (j->aux.p ? mask[c] : 0.0f);
-            mx = r[c] > mx ? r[c] : mx;
-        }
-        float sum = 0.0f;
-        for (size_t c = 0; c < n; c++) { r[c] = expf(r[c] - mx); sum += r[c]; }
-        float inv = 1.0f / sum;
+        if (j->aux.p)
+            for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + mask[c];
+        else
+            for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
+        float mx = row_max(r, n);
+        for (size_t c = 0; c < n; c++) r[c] -= mx;
+        cpu_exp(j->be, r, r, n);
+        float inv = 1.0f / row_sum(r, n);
         for (size_t c = 0; c < n; c++) r[c] *= inv;
-        cpu_store(j->be, r, j->y, i * n, n);
+        row_done(j, r, j->y, i * n);
     }
     free(buf);
 }
@@ -279,16 +342,14 @@ static void softmax_bwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
     const size_t n = j->cols;
-    float *buf = row_buffers(j, 2);
+    float *buf = row_buffers(j, 3);
     if (!buf) return;
-    float *dy = buf, *y = buf + n;
     for (size_t i = begin; i < end; i++) {
-        cpu_load(j->be, j->dy, i * n, n, dy);
-        cpu_load(j->be, j->y, i * n, n, y);
-        float dot = 0.0f;
-        for (size_t c = 0; c < n; c++) dot += dy[c] * y[c];
-        for (size_t c = 0; c < n; c++) dy[c] = j->scale * y[c] * (dy[c] - dot);
-        cpu_store(j->be, dy, j->dx, i * n, n);
+        const float *dy = row_in(j, j->dy, i * n, buf), *y = row_in(j, j->y, i * n, buf + n);
+        float *dx = row_out(j->dx, i * n, buf + 2 * n);
+        float dot = row_dot(dy, y, n);
+        for (size_t c = 0; c < n; c++) dx[c] = j->scale * y[c] * (dy[c] - dot);
+        row_done(j, dx, j->dx, i * n);
     }
     free(buf);
 }

@@ -1,0 +1,183 @@
+/* Vectorised helpers for the elementwise and row ops: Philox draws for a run of
+ * elements, the normal CDF Phi (GELU) and exp over arrays.
+ *
+ * Philox: 16 counters go through the ten rounds side by side in AVX2 registers (when
+ * the CPU has AVX2); each lane is exactly mpx_philox_block, so the draws are those of
+ * the scalar stream (test_cpu_ops checks dropout against a reference written from the
+ * counter layout).
+ * Phi and exp call glibc's vector math library (libmvec, glibc >= 2.35 for erfc) on
+ * 8 floats at a time when the CPU has AVX2 and FMA: its functions are accurate to a few
+ * ulp (glibc's libm-test-ulps), against the correctly rounded or 1-ulp scalar ones, far
+ * inside the ops' tested error bounds. Without them the scalar functions are used. */
+#include "cpu_internal.h"
+
+#include <math.h>
+
+#define PHILOX_LANES 16
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PHILOX 1
+
+/* hi and lo 32 bits of m * c for 8 lanes (vpmuludq works on the even lanes). */
+__attribute__((target("avx2")))
+static inline void mul_hilo(__m256i c, __m256i m, __m256i *hi, __m256i *lo)
+{
+    __m256i pe = _mm256_mul_epu32(c, m), po = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+    *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+}
+
+/* out[w][l] = word w of Philox(counter = (block0 + l, site, tick)), l < PHILOX_LANES:
+ * two groups of 8 lanes through the ten rounds of mpx_philox4x32_10. */
+__attribute__((target("avx2")))
+static void philox_lanes_avx2(uint64_t seed, uint32_t site, uint32_t tick, uint64_t block0,
+                              uint32_t out[4][PHILOX_LANES])
+{
+    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u), m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    __m256i c0[2], c1[2], c2[2], c3[2];
+    for (int g = 0; g < 2; g++) {
+        uint32_t lo[8], hi[8];
+        for (int l = 0; l < 8; l++) {
+            uint64_t b = block0 + (uint64_t)(8 * g + l);
+            lo[l] = (uint32_t)b;
+            hi[l] = (uint32_t)(b >> 32);
+        }
+        c0[g] = _mm256_loadu_si256((const __m256i *)lo);
+        c1[g] = _mm256_loadu_si256((const __m256i *)hi);
+        c2[g] = _mm256_set1_epi32((int)site);
+        c3[g] = _mm256_set1_epi32((int)tick);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        const __m256i vk0 = _mm256_set1_epi32((int)k0), vk1 = _mm256_set1_epi32((int)k1);
+        for (int g = 0; g < 2; g++) {
+            __m256i hi0, lo0, hi1, lo1;
+            mul_hilo(c0[g], m0, &hi0, &lo0);
+            mul_hilo(c2[g], m1, &hi1, &lo1);
+            __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[g]), vk0);
+            __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[g]), vk1);
+            c0[g] = n0;
+            c1[g] = lo1;
+            c2[g] = n2;
+            c3[g] = lo0;
+        }
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    for (int g = 0; g < 2; g++) {
+        _mm256_storeu_si256((__m256i *)&out[0][8 * g], c0[g]);
+        _mm256_storeu_si256((__m256i *)&out[1][8 * g], c1[g]);
+        _mm256_storeu_si256((__m256i *)&out[2][8 * g], c2[g]);
+        _mm256_storeu_si256((__m256i *)&out[3][8 * g], c3[g]);
+    }
+}
+
+static int detect_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+#else
+static int detect_avx2(void) { return 0; }
+#endif
+
+static void philox_lanes_scalar(uint64_t seed, uint32_t site, uint32_t tick, uint64_t block0,
+                                uint32_t out[4][PHILOX_LANES])
+{
+    for (int l = 0; l < PHILOX_LANES; l++) {
+        mpx_philox_out o = mpx_philox_block(seed, site, tick, block0 + (uint64_t)l);
+        for (int k = 0; k < 4; k++) out[k][l] = o.v[k];
+    }
+}
+
+void cpu_philox_words(const cpu_be *be, const mpx_rng *rng, uint64_t e0, size_t n, uint32_t *out)
+{
+    size_t i = 0;
+    /* a partial block first, so the groups below start on a block boundary */
+    while (i < n && ((e0 + i) & 3)) {
+        uint64_t e = e0 + i;
+        out[i++] = mpx_philox_block(rng->seed, rng->site, rng->tick, e >> 2).v[e & 3];
+    }
+    uint32_t w[4][PHILOX_LANES];
+    for (; i + 4 * PHILOX_LANES <= n; i += 4 * PHILOX_LANES) {
+#ifdef HAVE_AVX2_PHILOX
+        if (be->has_avx2) philox_lanes_avx2(rng->seed, rng->site, rng->tick, (e0 + i) >> 2, w);
+        else
+#endif
+            philox_lanes_scalar(rng->seed, rng->site, rng->tick, (e0 + i) >> 2, w);
+        for (int l = 0; l < PHILOX_LANES; l++)
+            for (int k = 0; k < 4; k++) out[i + 4 * (size_t)l + (size_t)k] = w[k][l];
+    }
+    for (; i < n; i++) {
+        uint64_t e = e0 + i;
+        out[i] = mpx_philox_block(rng->seed, rng->site, rng->tick, e >> 2).v[e & 3];
+    }
+}
+
+int cpu_detect_avx2(void) { return detect_avx2(); }
+
+/* ---- libmvec ---- */
+
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+#define HAVE_MVEC 1
+#endif
+#endif
+
+#ifdef HAVE_MVEC
+
+__m256 _ZGVdN8v_erfcf(__m256 x);
+__m256 _ZGVdN8v_expf(__m256 x);
+
+__attribute__((target("avx2,fma")))
+static void phi_avx2(const float *x, float *out, size_t n)
+{
+    const __m256 k = _mm256_set1_ps(-(float)M_SQRT1_2), half = _mm256_set1_ps(0.5f);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), k);
+        _mm256_storeu_ps(out + j, _mm256_mul_ps(half, _ZGVdN8v_erfcf(v)));
+    }
+    for (; j < n; j++) out[j] = 0.5f * erfcf(-x[j] * (float)M_SQRT1_2);
+}
+
+__attribute__((target("avx2,fma")))
+static void exp_avx2(const float *x, float *out, size_t n)
+{
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _ZGVdN8v_expf(_mm256_loadu_ps(x + j)));
+    for (; j < n; j++) out[j] = expf(x[j]);
+}
+
+#endif
+
+int cpu_detect_avx2_fma(void)
+{
+#ifdef HAVE_MVEC
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+void cpu_phi(const cpu_be *be, const float *x, float *out, size_t n)
+{
+#ifdef HAVE_MVEC
+    if (be->has_avx2_fma) { phi_avx2(x, out, n); return; }
+#else
+    (void)be;
+#endif
+    for (size_t j = 0; j < n; j++) out[j] = 0.5f * erfcf(-x[j] * (float)M_SQRT1_2);
+}
+
+void cpu_exp(const cpu_be *be, const float *x, float *out, size_t n)
+{
+#ifdef HAVE_MVEC
+    if (be->has_avx2_fma) { exp_avx2(x, out, n); return; }
+#else
+    (void)be;
+#endif
+    for (size_t j = 0; j < n; j++) out[j] = expf(x[j]);
+}

@@ -1,0 +1,7 @@
+# Benchmarks of whole training steps (figures, not tests): make bench runs build/bench/*.
+# bench_step links OpenBLAS directly for its sgemm "ceiling" column.
+BENCHES += $(BUILD)/bench/bench_step
+$(BUILD)/obj/tests/bench_step.o: EXTRA_CFLAGS += $(BLAS_CFLAGS)
+$(BUILD)/bench/bench_step: $(BUILD)/obj/tests/bench_step.o $(BUILD)/lib/libmpx.a $(PLUGINS)
+	@mkdir -p $(@D)
+	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(BLAS_LIBS) $(PKG_LIBS) -ldl -lm -lpthread

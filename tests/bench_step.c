@@ -1,0 +1,437 @@
+/* Benchmark (not a test): one training step — forward + backward + Adam, batch 3 x 384,
+ * dropout on — of MiniLM-L6 (the checkpoint of `make model`) and of a random model of
+ * bert-base's sizes, through a session and mpx_train_one_step: the code path `mpx run`
+ * takes. Prints, per model: tokens/s, GFLOP/s over the step's GEMM FLOPs, the ratio to
+ * OpenBLAS sgemm timed in the same process (the "ceiling"), peak RSS, counted memory by
+ * role, the bf16-master/fp32 step-time ratio and, when PyTorch imports, the ratio to
+ * PyTorch eager on the same step (tests/bench_step_torch.py, same threads).
+ *
+ * GEMM FLOPs of a step = 6 x (forward GEMM multiply-adds): forward 2 FLOPs per MAC, and
+ * backward twice forward (dX and dW for each linear; dP, dV, dQ, dK for attention).
+ * Forward MACs = T x sum(in x out over the linear weights, QA head included)
+ *              + layers x 2 x B x S^2 x hidden (QK^T and PV), T = B x S.
+ *
+ * Each case runs in a child process (its own peak RSS):
+ *   bench_step [--steps N] [--no-torch] [--plugin-dir DIR] [-s KEY=VALUE]...   all + table
+ *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--plugin-dir DIR] [-s KEY=VALUE]...
+ * Run from the repository root (plugins from build/plugins unless --plugin-dir). */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/src/session.h"
+#include "../core/src/train.h"
+
+#define BATCH 3
+#define SEQ 384
+#define MAX_STEPS 32
+#define MAX_OVR 32
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- a synthetic task: one fixed batch of random tokens, every mask 1 ---- */
+
+typedef struct synth {
+    int32_t ids[BATCH * SEQ], seg[BATCH * SEQ], mask[BATCH * SEQ], start[BATCH], end[BATCH];
+    mpx_itensor t[5];
+} synth;
+
+static int synth_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int64_t *tokens,
+                      char *err, size_t errlen)
+{
+    (void)s;
+    if (rows != BATCH) { snprintf(err, errlen, "bench: train.batch_size must be %d", BATCH); return -1; }
+    synth *d = t->self;
+    *out = (mpx_batch){ .size = sizeof *out, .tensors = d->t, .n_tensors = 5, .training = 1 };
+    *tokens = BATCH * SEQ;
+    return 0;
+}
+
+static void synth_init(synth *d, int vocab)
+{
+    uint32_t x = 12345;
+    for (int i = 0; i < BATCH * SEQ; i++) {
+        x = x * 1664525u + 1013904223u;
+        d->ids[i] = 1000 + (int32_t)((x >> 8) % (uint32_t)(vocab - 1000));
+        d->seg[i] = i % SEQ >= SEQ / 4;
+        d->mask[i] = 1;
+    }
+    for (int b = 0; b < BATCH; b++) {
+        x = x * 1664525u + 1013904223u;
+        d->start[b] = (int32_t)((x >> 8) % SEQ);
+        d->end[b] = (int32_t)((x >> 16) % SEQ);
+    }
+    d->t[0] = (mpx_itensor){ "input_ids", d->ids, 2, { BATCH, SEQ } };
+    d->t[1] = (mpx_itensor){ "segment_ids", d->seg, 2, { BATCH, SEQ } };
+    d->t[2] = (mpx_itensor){ "input_mask", d->mask, 2, { BATCH, SEQ } };
+    d->t[3] = (mpx_itensor){ "start_positions", d->start, 1, { BATCH, 0 } };
+    d->t[4] = (mpx_itensor){ "end_positions", d->end, 1, { BATCH, 0 } };
+}
+
+/* ---- FLOPs from the parameter table ---- */
+
+static double step_gemm_flop(mpx_session *s, int *vocab)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    const mpx_model_vtable *mv = &m->rec->vt.model;
+    double lin = 0;
+    int layers = 0;
+    int64_t hidden = 0;
+    for (size_t i = 0; i < s->n_params; i++) {
+        const mpx_param_info *p = mv->param(m->self, i);
+        if (p->layer + 1 > layers) layers = p->layer + 1;
+        if (i == 0) { *vocab = (int)p->shape[0]; hidden = p->shape[1]; }
+        if (p->ndim == 2 && p->group != MPX_GROUP_EMBEDDING)
+            lin += (double)p->shape[0] * (double)p->shape[1];
+    }
+    double T = BATCH * SEQ;
+    double macs = T * lin + layers * 2.0 * BATCH * (double)SEQ * SEQ * (double)hidden;
+    return 6.0 * macs;
+}
+
+/* ---- the sgemm ceiling: a bert-base-sized FFN GEMM (X W^T, 1152 x 3072 x 768) with
+ * OpenBLAS's own threads, timed once before each measured step so that the two see the
+ * same machine (other processes' load changes both alike) ---- */
+
+typedef struct ceiling { float *a, *b, *c; int threads; } ceiling;
+
+#define CEIL_M (BATCH * SEQ)
+#define CEIL_N 3072
+#define CEIL_K 768
+
+static int ceiling_open(ceiling *c, int threads)
+{
+    c->a = malloc((size_t)CEIL_M * CEIL_K * 4);
+    c->b = malloc((size_t)CEIL_N * CEIL_K * 4);
+    c->c = malloc((size_t)CEIL_M * CEIL_N * 4);
+    c->threads = threads > 0 ? threads : 1;
+    if (!c->a || !c->b || !c->c) return -1;
+    for (size_t i = 0; i < (size_t)CEIL_M * CEIL_K; i++) c->a[i] = (float)(i % 97) * 0.01f - 0.4f;
+    for (size_t i = 0; i < (size_t)CEIL_N * CEIL_K; i++) c->b[i] = (float)(i % 89) * 0.01f - 0.4f;
+    return 0;
+}
+
+static void ceiling_close(ceiling *c) { free(c->a); free(c->b); free(c->c); }
+
+/* GFLOP/s of one sgemm */
+static double ceiling_run(ceiling *c)
+{
+    openblas_set_num_threads(c->threads);
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CEIL_M, CEIL_N, CEIL_K, 1.0f, c->a, CEIL_K,
+                c->b, CEIL_K, 0.0f, c->c, CEIL_N);
+    double dt = now() - t0;
+    openblas_set_num_threads(1);   /* as the cpu backend keeps it */
+    return 2.0 * CEIL_M * CEIL_N * CEIL_K / dt * 1e-9;
+}
+
+/* Forward + backward alone (no optimizer), the model's share of the step. */
+static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    const mpx_model_vtable *mv = &m->rec->vt.model;
+    double times[MAX_STEPS];
+    char err[256];
+    for (int i = 0; i < steps; i++) {
+        mpx_batch b;
+        int64_t tok;
+        if (t->next(t, s, BATCH, &b, &tok, err, sizeof err)) return -1;
+        b.tick = (uint32_t)(1000 + i);
+        mpx_forward_out fo = { .size = sizeof fo };
+        double t0 = now();
+        if (mv->forward(m->self, &b, &fo) || mv->backward(m->self, &b, 1.0f, 0)) return -1;
+        times[i] = now() - t0;
+    }
+    *median_s = median(times, steps);
+    return 0;
+}
+
+static int write_cfg(char *path, size_t len, const char *ckpt, const char *prec)
+{
+    snprintf(path, len, "/tmp/mpx-bench-step-%d.cfg", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "run = { name = \"bench_step\"; seed = 42; };\n"
+               "data = { task = \"toy\"; };\n"
+               "model = { plugin = \"bert-qa\"; checkpoint = \"%s\"; };\n"
+               "train = { batch_size = %d; gradient_clipping = 1.0; };\n"
+               "precision = { plugin = \"%s\"; };\n"
+               "optimizer = { plugin = \"adam\"; lr = 1e-4; adam = { weight_decay = 0.01; }; };\n",
+            ckpt, BATCH, prec);
+    return fclose(f);
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+/* One case in this process: prints human lines and one "result" line for the parent. */
+static int run_case(const char *name, const char *ckpt, const char *prec, int steps,
+                    const char *plugin_dir, const char *const *ovr, size_t n_ovr)
+{
+    char cfg[256], err[8192] = "";
+    if (write_cfg(cfg, sizeof cfg, ckpt, prec)) { fprintf(stderr, "bench_step: cannot write %s\n", cfg); return 1; }
+    const char *dirs[] = { plugin_dir };
+    mpx_session s;
+    mpx_task t = { .name = "bench" };
+    synth d;
+    int rc = 1;
+    if (mpx_session_open(&s, dirs, 1)) { fprintf(stderr, "bench_step: cannot scan %s\n", plugin_dir); return 1; }
+    if (mpx_session_configure(&s, cfg, ovr, n_ovr, err, sizeof err) ||
+        mpx_session_check_compat(&s, err, sizeof err) || mpx_session_start(&s, err, sizeof err) ||
+        mpx_session_alloc_state(&s, BATCH, SEQ, err, sizeof err))
+        goto out;
+    int vocab = 0;
+    double flop = step_gemm_flop(&s, &vocab);
+    synth_init(&d, vocab);
+    t.self = &d;
+    t.next = synth_next;
+    t.max_batch = BATCH;
+    t.max_seq = SEQ;
+    const mpx_backend_vtable *bv = &s.inst[MPX_KIND_BACKEND].rec->vt.backend;
+    int threads = 0;
+    sscanf(bv->describe(s.be), "cpu: %d", &threads);
+    ceiling ce;
+    if (ceiling_open(&ce, threads)) { snprintf(err, sizeof err, "out of memory for the sgemm ceiling"); goto out; }
+    double times[MAX_STEPS], ceil_gf[MAX_STEPS], loss = 0;
+    int skipped = 0;
+    if (steps > MAX_STEPS) steps = MAX_STEPS;
+    ceiling_run(&ce);   /* warm-up */
+    for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
+        if (i >= 0) ceil_gf[i] = ceiling_run(&ce);
+        double t0 = now();
+        if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, &loss, &skipped, err, sizeof err)) {
+            ceiling_close(&ce);
+            goto out;
+        }
+        if (i >= 0) times[i] = now() - t0;
+    }
+    ceiling_close(&ce);
+    double model_s = NAN;
+    if (time_model(&s, &t, steps, &model_s)) {
+        snprintf(err, sizeof err, "%s", "forward/backward alone failed");
+        goto out;
+    }
+    double tmin = times[0];
+    for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
+    double step_s = median(times, steps), ceil = median(ceil_gf, steps);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    size_t core_scratch = s.numel * 4 * (1 + (s.grad32 != s.grads.p && s.grad32 != s.grad_acc.p));
+    size_t model_scratch = s.bytes[MPX_ROLE_SCRATCH] - core_scratch;
+    size_t persistent = 0;
+    for (int r = 0; r < MPX_ROLE_SCRATCH; r++) persistent += s.peak[r];
+    printf("  %s %s: %s; %zu parameters; step median %.3f s (min %.3f, %d steps), last loss %.9g%s\n",
+           name, prec, bv->describe(s.be), s.numel, step_s, tmin, steps, loss, skipped ? " (skipped)" : "");
+    printf("  of which model forward + backward %.3f s, the rest (overflow check, clip, optimizer, "
+           "write-back) %.3f s\n", model_s, step_s - model_s);
+    printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "
+           "opt_state %.1f, scratch %.1f (model activations %.1f MiB, core fp32 grad/update %.1f MiB)\n",
+           mib(s.peak[MPX_ROLE_WEIGHTS]), mib(s.peak[MPX_ROLE_GRADS]), mib(s.peak[MPX_ROLE_GRAD_ACC]),
+           mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(s.peak[MPX_ROLE_SCRATCH]),
+           mib(model_scratch), mib(core_scratch));
+    printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
+           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f\n",
+           name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
+           s.peak[MPX_ROLE_SCRATCH], persistent, model_s);
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
+    mpx_session_close(&s);
+    unlink(cfg);
+    return rc;
+}
+
+/* ---- the parent: every case in a child, PyTorch, the table ---- */
+
+typedef struct result {
+    char name[32], prec[32];
+    int threads, ok;
+    double step_s, min_s, flop, ceiling, torch_s, model_s;
+    long rss;
+    size_t model_scratch, scratch_peak, persistent;
+} result;
+
+static int run_child(const char *self, const char *name, const char *ckpt, const char *prec,
+                     int steps, const char *plugin_dir, char **ovr, int n_ovr, result *r)
+{
+    char cmd[8192];
+    int n = snprintf(cmd, sizeof cmd, "'%s' --case %s '%s' %s %d --plugin-dir '%s'", self, name, ckpt,
+                     prec, steps, plugin_dir);
+    for (int i = 0; i < n_ovr && n < (int)sizeof cmd; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " -s '%s'", ovr[i]);
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->prec, sizeof r->prec, "%s", prec);
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[2048];
+    while (fgets(line, sizeof line, p)) {
+        if (strncmp(line, "result ", 7) != 0) { fputs(line, stdout); continue; }
+        char nm[64], pr[64];
+        if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
+                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf", nm, pr, &r->threads,
+                   &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
+                   &r->scratch_peak, &r->persistent, &r->model_s) == 12)
+            r->ok = 1;
+    }
+    int st = pclose(p);
+    return st == 0 && r->ok ? 0 : -1;
+}
+
+/* PyTorch eager on the same step with one OpenMP wait policy ("" = PyTorch's default,
+ * whose threads spin; "passive" sleeps, which other processes on the cores favour);
+ * NaN when it cannot run. */
+static double torch_once(const char *config_json, int threads, int steps, const char *wait)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d 2>/dev/null",
+             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps);
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NAN;
+    char line[512];
+    double t = NAN;
+    while (fgets(line, sizeof line, p)) {
+        printf("  %s%s", wait[0] ? "OMP_WAIT_POLICY=passive: " : "", line);
+        if (sscanf(line, "torch_step_s %lf", &t) != 1) t = NAN;
+    }
+    return pclose(p) == 0 ? t : NAN;
+}
+
+/* The faster of the two policies: the comparison is against PyTorch at its best here. */
+static double torch_time(const char *config_json, int threads, int steps)
+{
+    if (system("python3 -c 'import torch, transformers' >/dev/null 2>&1") != 0) return NAN;
+    double a = torch_once(config_json, threads, steps, ""), b = torch_once(config_json, threads, steps, "passive");
+    return isnan(a) ? b : isnan(b) ? a : a < b ? a : b;
+}
+
+/* The 1-minute load average: other processes share the cores, and every figure here
+ * moves with them (the sgemm column is timed beside each step for that reason). */
+static double loadavg(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = NAN;
+        fclose(f);
+    }
+    return l;
+}
+
+static const char bert_base_json[] =
+    "{\"architectures\": [\"BertForQuestionAnswering\"], \"model_type\": \"bert\",\n"
+    " \"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12,\n"
+    " \"intermediate_size\": 3072, \"vocab_size\": 30522, \"max_position_embeddings\": 512,\n"
+    " \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
+    " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02,\n"
+    " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0}\n";
+
+static void print_row(const result *r)
+{
+    double tok = BATCH * SEQ / r->step_s, gfs = r->flop / r->step_s * 1e-9;
+    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %6.1f%% %9.0f %8.0f", r->name, r->prec,
+           r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceiling, 100.0 * gfs / r->ceiling,
+           mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
+    if (isnan(r->torch_s)) printf("        -       -\n");
+    else printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
+}
+
+static int run_all(const char *self, int steps, int with_torch, const char *plugin_dir, char **ovr, int n_ovr)
+{
+    char dir[] = "/tmp/mpx-bench-bert-base-XXXXXX", json[64];
+    if (!mkdtemp(dir)) { perror("bench_step: mkdtemp"); return 1; }
+    snprintf(json, sizeof json, "%s/config.json", dir);
+    FILE *f = fopen(json, "w");
+    if (!f || fputs(bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_step: cannot write %s\n", json); return 1; }
+    const char *mini = "models/checkpoints/minilm-l6";
+    struct { const char *name, *ckpt, *json; int steps; } models[2] = {
+        { "minilm-l6", mini, "models/checkpoints/minilm-l6/config.json", steps * 2 },
+        { "bert-base", dir, json, steps },
+    };
+    const char *precs[2] = { "fp32", "bf16-master" };
+    result res[2][2];
+    int rc = 0;
+    printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on; "
+           "load average %.2f\n", BATCH, SEQ, loadavg());
+    for (int m = 0; m < 2; m++) {
+        if (m == 0 && access("models/checkpoints/minilm-l6/model.safetensors", R_OK) != 0) {
+            printf("  minilm-l6: models/checkpoints/minilm-l6 missing (make model): skipped\n");
+            res[0][0].ok = res[0][1].ok = 0;
+            continue;
+        }
+        for (int p = 0; p < 2; p++) {
+            if (run_child(self, models[m].name, models[m].ckpt, precs[p], models[m].steps, plugin_dir, ovr, n_ovr, &res[m][p])) {
+                fprintf(stderr, "bench_step: case %s %s failed\n", models[m].name, precs[p]);
+                rc = 1;
+            }
+            res[m][p].torch_s = NAN;
+        }
+        if (with_torch && res[m][0].ok)
+            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps);
+    }
+    printf("\n%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
+           "step s", "tok/s", "GEMM GF", "GFLOP/s", "sgemm", "of sgemm", "act MiB", "RSS MiB",
+           "torch s", "speedup");
+    for (int m = 0; m < 2; m++)
+        for (int p = 0; p < 2; p++)
+            if (res[m][p].ok) print_row(&res[m][p]);
+    for (int m = 0; m < 2; m++)
+        if (res[m][0].ok && res[m][1].ok)
+            printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead)\n", models[m].name,
+                   res[m][1].step_s / res[m][0].step_s);
+    printf("load average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
+    printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
+           "sgemm = GFLOP/s of cblas_sgemm %dx3072x768 (OpenBLAS threads = thr) timed before each step; act = the model's counted scratch; "
+           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies; speedup = torch s / step s\n", BATCH * SEQ);
+    json[0] = 0;
+    snprintf(json, sizeof json, "%s/config.json", dir);
+    unlink(json);
+    rmdir(dir);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    char *ovr[MAX_OVR];
+    const char *plugin_dir = "build/plugins";
+    int n_ovr = 0, steps = 5, with_torch = 1, is_case = argc >= 6 && strcmp(argv[1], "--case") == 0;
+    for (int i = is_case ? 6 : 1; i < argc; i++) {
+        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-torch") == 0) with_torch = 0;
+        else if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc) plugin_dir = argv[++i];
+        else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc && n_ovr < MAX_OVR) ovr[n_ovr++] = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
+            return 2;
+        }
+    }
+    if (is_case)
+        return run_case(argv[2], argv[3], argv[4], atoi(argv[5]), plugin_dir, (const char *const *)ovr, (size_t)n_ovr);
+    if (steps < 1) steps = 1;
+    return run_all(argv[0], steps, with_torch, plugin_dir, ovr, n_ovr);
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for tests/bench_step.c: one training step of BERT for QA.
+
+The same step as the C bench: BertForQuestionAnswering built from a config.json (random
+weights: speed does not depend on their values), batch B x S of random token ids, every
+mask 1, random start/end labels, train mode (dropout on), forward, backward of the mean
+start/end cross-entropy, clip_grad_norm_(1.0), Adam with weight decay 0.01 (AdamW, the
+usual BERT fine-tuning step). fp32 on the CPU, attention "eager" (the explicit
+softmax(QK^T)V of the C model; --attn sdpa for PyTorch's fused kernel).
+
+Prints one line:  torch_step_s MEDIAN (min MIN, threads N, steps K, attn A)
+Usage: bench_step_torch.py --config DIR/config.json [--threads N] [--steps K] [--batch B] [--seq S]
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--seq", type=int, default=384)
+    ap.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
+    ap.add_argument("--seed", type=int, default=42)
+    a = ap.parse_args()
+
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    cfg = BertConfig.from_json_file(a.config)
+    cfg._attn_implementation = a.attn
+    model = BertForQuestionAnswering(cfg).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01)
+    g = torch.Generator().manual_seed(a.seed)
+    ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq), generator=g)
+    seg = torch.zeros_like(ids)
+    seg[:, a.seq // 4:] = 1
+    mask = torch.ones_like(ids)
+    start = torch.randint(0, a.seq, (a.batch,), generator=g)
+    end = torch.randint(0, a.seq, (a.batch,), generator=g)
+
+    def step():
+        out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask,
+                    start_positions=start, end_positions=end)
+        opt.zero_grad(set_to_none=False)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return float(out.loss.detach())
+
+    step()  # warm-up: allocations, first-touch, MKL/oneDNN dispatch
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    print("torch_step_s %.4f (min %.4f, threads %d, steps %d, attn %s, torch %s)"
+          % (statistics.median(times), min(times), torch.get_num_threads(), a.steps, a.attn,
+             torch.__version__))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
