@@ -111,6 +111,40 @@ Test(bert_fixture, tiny_logits_loss_and_every_gradient_match_pytorch)
     tb_free(&t);
 }
 
+/* BingBertSquad's NVIDIA BERT has no padding_idx: with freeze_pad_row = false (the
+ * default) the padding row of the word embeddings gets its gradient — padded positions
+ * still reach the start/end logits — and every other gradient is unchanged. */
+Test(bert_fixture, the_padding_row_trains_unless_frozen)
+{
+    tb_model f, t;
+    open_tiny(&f, NULL, 2, 32); /* frozen, as Hugging Face */
+    open_tiny(&t, "freeze_pad_row = false;", 2, 32);
+    fx_file *fx = fx_open(TINY_REF);
+    tb_batch bf, bt;
+    ref_batch(&f, fx, &bf, 1, 1, 0);
+    ref_batch(&t, fx, &bt, 1, 1, 0);
+    mpx_forward_out o = { .size = sizeof o };
+    cr_assert_eq(f.vt->forward(f.m, &bf.b, &o), 0, "%s", tb_error(&f));
+    cr_assert_eq(f.vt->backward(f.m, &bf.b, 1.0f, 0), 0, "%s", tb_error(&f));
+    cr_assert_eq(t.vt->forward(t.m, &bt.b, &o), 0, "%s", tb_error(&t));
+    cr_assert_eq(t.vt->backward(t.m, &bt.b, 1.0f, 0), 0, "%s", tb_error(&t));
+    size_t word = 0, hidden = (size_t)t.vt->param(t.m, 0)->shape[1]; /* word embeddings first, pad id 0 */
+    const float *gf = (const float *)f.g.p + f.off[word], *gt = (const float *)t.g.p + t.off[word];
+    double pad = 0;
+    for (size_t k = 0; k < hidden; k++) {
+        cr_expect_eq(gf[k], 0.0f);
+        pad += fabs(gt[k]);
+    }
+    cr_expect_gt(pad, 0.0, "the padding row should get a gradient");
+    cr_expect_arr_eq(gf + hidden, gt + hidden, (f.numel - f.off[word] - hidden) * 4,
+                     "every other gradient is the same");
+    tb_batch_free(&f, &bf);
+    tb_batch_free(&t, &bt);
+    fx_close(fx);
+    tb_free(&f);
+    tb_free(&t);
+}
+
 Test(bert_fixture, backward_scales_and_accumulates)
 {
     tb_model t;

@@ -86,12 +86,14 @@ int tb_create_prec(tb_model *t, const char *checkpoint, const char *extra, const
     memset(t, 0, sizeof *t);
     t->prec = prec ? *prec : th_fp32_policy();
     char opts[2048], run[1024];
+    /* the references are Hugging Face's BertForQuestionAnswering: padding_idx on */
     snprintf(opts, sizeof opts, "hidden_dropout = 0.0; attention_dropout = 0.0; random_init = false; "
-             "extra_tensors = \"\";\n%s", extra ? extra : "");
+             "extra_tensors = \"\"; freeze_pad_row = true;\n%s", extra ? extra : "");
     snprintf(run, sizeof run, "model = { checkpoint = \"%s\"; };", checkpoint);
     /* libconfig refuses a duplicate setting: drop the defaults the caller overrides */
-    static const char *keys[] = { "hidden_dropout", "attention_dropout", "random_init", "extra_tensors" };
-    for (size_t k = 0; extra && k < 4; k++) {
+    static const char *keys[] = { "hidden_dropout", "attention_dropout", "random_init", "extra_tensors",
+                                  "freeze_pad_row" };
+    for (size_t k = 0; extra && k < sizeof keys / sizeof *keys; k++) {
         if (!strstr(extra, keys[k])) continue;
         char *p = strstr(opts, keys[k]), *semi = strchr(p, ';');
         memset(p, ' ', (size_t)(semi - p + 1));

@@ -56,6 +56,7 @@ typedef struct bert {
     bert_config cfg;
     char *ckpt_dir, *extra_tensors;
     int random_init;
+    int freeze_pad_row;       /* zero the pad_token_id row's gradient (HF padding_idx) */
     float p_hidden, p_attn;
 
     size_t n_params;

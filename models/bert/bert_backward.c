@@ -175,8 +175,9 @@ static int embeddings_bwd(bert *m, int acc)
         MPX_TRY(m->ops->embedding_bwd(m->be, ids[i], T, gr, bert_g(m, tables[i]), rows[i], H));
     }
     /* nn.Embedding(padding_idx = pad_token_id), as Hugging Face builds BERT: the padding
-     * row is never updated, so its gradient is zero (with or without accumulation) */
-    if (m->cfg.pad_id < 0) return 0;
+     * row is never updated, so its gradient is zero (with or without accumulation).
+     * BingBertSquad's NVIDIA modeling has no padding_idx: off by default. */
+    if (!m->freeze_pad_row || m->cfg.pad_id < 0) return 0;
     mpx_arg row = mpx_at(bert_g(m, P_WORD), (size_t)m->cfg.pad_id * H);
     return m->ops->fill_zero(m->be, row.p, H * mpx_dtype_size(m->dt_grad));
 }

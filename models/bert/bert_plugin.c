@@ -21,6 +21,9 @@ static const mpx_option bert_options[] = {
       "ignore model.safetensors: seeded random weights of config.json's sizes", 0 },
     { "extra_tensors", MPX_OPT_STRING, "\"\"", MPX_NO_RANGE, NULL,
       "a safetensors file loaded after the checkpoint, replacing the tensors it holds (e.g. a QA head)", 0 },
+    { "freeze_pad_row", MPX_OPT_BOOL, "false", MPX_NO_RANGE, NULL,
+      "no gradient for the word embedding of pad_token_id (Hugging Face's padding_idx); BingBertSquad's "
+      "NVIDIA model has none, so the default trains it", 0 },
 };
 
 static int read_dropout(bert *m, const char *key, double from_config, float *out)
@@ -50,6 +53,7 @@ static int read_options(bert *m)
     m->ckpt_dir = dup_or_fail(m, ckpt, &rc);
     MPX_TRY(rc);
     MPX_TRY(env->host->opt_bool(env, "random_init", &m->random_init));
+    MPX_TRY(env->host->opt_bool(env, "freeze_pad_row", &m->freeze_pad_row));
     MPX_TRY(env->host->opt_string(env, "extra_tensors", &extra));
     m->extra_tensors = dup_or_fail(m, extra, &rc);
     MPX_TRY(rc);
