@@ -27,6 +27,7 @@ int mpx_cmd_check(int argc, char **argv)
     }
     rc = mpx_session_configure(&s, c.positional[0], c.overrides, c.n_overrides, err, sizeof err);
     if (!rc) rc = mpx_session_check_compat(&s, err, sizeof err);
+    if (!rc) rc = mpx_session_precision(&s, err, sizeof err);
     if (rc) {
         fprintf(stderr, "mpx check: %s\n", err);
         mpx_session_close(&s);

@@ -57,11 +57,28 @@ static int dtype_key(const mpx_config *cfg, const char *key, mpx_dtype *field, c
     return 0;
 }
 
+/* "FILE:LINE: " of a setting, or "-s " for one an override made. */
+static void where(const mpx_config *cfg, const char *key, char *buf, size_t len)
+{
+    config_setting_t *s = mpx_config_lookup(cfg, key);
+    const char *file = s ? config_setting_source_file(s) : NULL;
+    if (file && config_setting_source_line(s) > 0)
+        snprintf(buf, len, "%s:%d: ", file, config_setting_source_line(s));
+    else
+        snprintf(buf, len, "-s ");
+}
+
 int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen)
 {
     const char *v;
-    if (!mpx_config_get_string(cfg, "precision.islands", &v) && strcmp(v, "policy") != 0)
-        if (parse_islands(v, &d->islands, err, errlen)) return -1;
+    if (!mpx_config_get_string(cfg, "precision.islands", &v) && strcmp(v, "policy") != 0) {
+        char at[512], msg[1024];
+        if (parse_islands(v, &d->islands, msg, sizeof msg)) {
+            where(cfg, "precision.islands", at, sizeof at);
+            snprintf(err, errlen, "%s%s", at, msg);
+            return -1;
+        }
+    }
     if (dtype_key(cfg, "precision.eval_logits", &d->eval_logits, err, errlen)) return -1;
     if (dtype_key(cfg, "precision.comm_dtype", &d->comm, err, errlen)) return -1;
     if (!mpx_config_get_string(cfg, "precision.loss_scale", &v) && strcmp(v, "policy") != 0)
