@@ -221,7 +221,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
         if (i >= 0) ceil_gf[i] = ceiling_run(&ce);
         double t0 = now();
-        if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, &loss, &skipped, err, sizeof err)) {
+        if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, NULL, &loss, &skipped, err, sizeof err)) {
             ceiling_close(&ce);
             goto out;
         }
@@ -233,28 +233,50 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         snprintf(err, sizeof err, "%s", "forward/backward alone failed");
         goto out;
     }
+    /* the same steps with diagnostics on every step (train.diagnostics, log_every 1);
+     * the memory figures are taken before, without the diagnostics' own buffers */
+    size_t scratch_now = s.bytes[MPX_ROLE_SCRATCH], scratch_peak = s.peak[MPX_ROLE_SCRATCH];
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double diag_times[MAX_STEPS];
+    mpx_diagnostics diag;
+    char diag_dir[] = "/tmp/mpx-bench-diag-XXXXXX";
+    if (!mkdtemp(diag_dir) || mpx_diag_open(&diag, &s, diag_dir, err, sizeof err)) goto out;
+    for (int i = 0; i < steps; i++) {
+        double t0 = now();
+        if (mpx_train_one_step(&s, &t, steps + i + 1, 1e-4, 1.0, &diag, &loss, &skipped, err, sizeof err)) {
+            mpx_diag_close(&diag, &s);
+            goto out;
+        }
+        diag_times[i] = now() - t0;
+    }
+    mpx_diag_close(&diag, &s);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", diag_dir);
+    if (system(rm) != 0) fprintf(stderr, "bench_step: could not remove %s\n", diag_dir);
+    double diag_s = median(diag_times, steps);
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
     double step_s = median(times, steps), ceil = median(ceil_gf, steps);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     size_t core_scratch = s.numel * 4 * (1 + (s.grad32 != s.grads.p && s.grad32 != s.grad_acc.p));
-    size_t model_scratch = s.bytes[MPX_ROLE_SCRATCH] - core_scratch;
+    size_t model_scratch = scratch_now - core_scratch;
     size_t persistent = 0;
     for (int r = 0; r < MPX_ROLE_SCRATCH; r++) persistent += s.peak[r];
     printf("  %s %s: %s; %zu parameters; step median %.3f s (min %.3f, %d steps), last loss %.9g%s\n",
            name, prec, bv->describe(s.be), s.numel, step_s, tmin, steps, loss, skipped ? " (skipped)" : "");
     printf("  of which model forward + backward %.3f s, the rest (overflow check, clip, optimizer, "
            "write-back) %.3f s\n", model_s, step_s - model_s);
+    printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
+           diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
     printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "
            "opt_state %.1f, scratch %.1f (model activations %.1f MiB, core fp32 grad/update %.1f MiB)\n",
            mib(s.peak[MPX_ROLE_WEIGHTS]), mib(s.peak[MPX_ROLE_GRADS]), mib(s.peak[MPX_ROLE_GRAD_ACC]),
-           mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(s.peak[MPX_ROLE_SCRATCH]),
+           mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(scratch_peak),
            mib(model_scratch), mib(core_scratch));
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
            "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           s.peak[MPX_ROLE_SCRATCH], persistent, model_s);
+           scratch_peak, persistent, model_s);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");

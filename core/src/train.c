@@ -214,14 +214,16 @@ static int check_overflow(mpx_session *s, int *overflow)
  * `lr`, for benchmarks (tests/bench_step.c). Returns 0; *skipped says whether an
  * overflow skipped the update. */
 int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, double scale,
-                       double *loss, int *skipped, char *err, size_t errlen)
+                       mpx_diagnostics *diag, double *loss, int *skipped, char *err, size_t errlen)
 {
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
     int64_t tokens;
     double norm;
     mpx_diagnostics off = { 0 };
-    if (accumulate(s, t, &c, step, scale, &off, loss, &tokens, err, errlen)) return -1;
+    if (!diag) diag = &off;
+    if (mpx_diag_begin_step(diag, s, step, step + 1)) { snprintf(err, errlen, "diagnostics failed"); return -1; }
+    if (accumulate(s, t, &c, step, scale, diag, loss, &tokens, err, errlen)) return -1;
     mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
     mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
     if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
@@ -229,9 +231,12 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
         return -1;
     }
     if (check_overflow(s, skipped)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
-    if (*skipped) return 0;
-    if (prepare_grad(s, &c, scale, &norm, err, errlen)) return -1;
-    return optimizer_step(s, step + 1, lr, err, errlen);
+    if (!*skipped) {
+        if (prepare_grad(s, &c, scale, &norm, err, errlen) || mpx_diag_before_update(diag, s) ||
+            optimizer_step(s, step + 1, lr, err, errlen))
+            return -1;
+    }
+    return mpx_diag_end_step(diag, s, step, !*skipped);
 }
 
 enum { COL_STEP, COL_LOSS, COL_LR, COL_GRAD_NORM, COL_SCALE, COL_SKIPPED, COL_TOKENS_S, COL_ELAPSED, N_COLS };

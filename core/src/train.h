@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 
+#include "diagnostics.h"
 #include "record.h"
 #include "task.h"
 
@@ -17,6 +18,6 @@ int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
 /* One optimizer step as mpx_train takes it, without records or loss-scale updates
  * (benchmarks). *skipped is set when the gradients overflowed and no update was made. */
 int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, double scale,
-                       double *loss, int *skipped, char *err, size_t errlen);
+                       mpx_diagnostics *diag, double *loss, int *skipped, char *err, size_t errlen);
 
 #endif
