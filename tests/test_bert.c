@@ -44,6 +44,14 @@ static void open_tiny(tb_model *t, const char *opts, int max_b, int max_s)
     cr_assert_eq(tb_bind(t, max_b, max_s), 0, "%s", tb_error(t));
 }
 
+/* One forward and a plain backward (scale 1, overwriting the grads). */
+static void forward_backward(tb_model *t, tb_batch *b)
+{
+    mpx_forward_out o = { .size = sizeof o };
+    cr_assert_eq(t->vt->forward(t->m, &b->b, &o), 0, "%s", tb_error(t));
+    cr_assert_eq(t->vt->backward(t->m, &b->b, 1.0f, 0), 0, "%s", tb_error(t));
+}
+
 static void check_logits(const mpx_forward_out *o, fx_file *fx, double tol, const char *what)
 {
     static const char *const names[2] = { "start_logits", "end_logits" };
@@ -123,11 +131,8 @@ Test(bert_fixture, the_padding_row_trains_unless_frozen)
     tb_batch bf, bt;
     ref_batch(&f, fx, &bf, 1, 1, 0);
     ref_batch(&t, fx, &bt, 1, 1, 0);
-    mpx_forward_out o = { .size = sizeof o };
-    cr_assert_eq(f.vt->forward(f.m, &bf.b, &o), 0, "%s", tb_error(&f));
-    cr_assert_eq(f.vt->backward(f.m, &bf.b, 1.0f, 0), 0, "%s", tb_error(&f));
-    cr_assert_eq(t.vt->forward(t.m, &bt.b, &o), 0, "%s", tb_error(&t));
-    cr_assert_eq(t.vt->backward(t.m, &bt.b, 1.0f, 0), 0, "%s", tb_error(&t));
+    forward_backward(&f, &bf);
+    forward_backward(&t, &bt);
     size_t word = 0, hidden = (size_t)t.vt->param(t.m, 0)->shape[1]; /* word embeddings first, pad id 0 */
     const float *gf = (const float *)f.g.p + f.off[word], *gt = (const float *)t.g.p + t.off[word];
     double pad = 0;
@@ -152,9 +157,7 @@ Test(bert_fixture, backward_scales_and_accumulates)
     fx_file *fx = fx_open(TINY_REF);
     tb_batch b;
     ref_batch(&t, fx, &b, 1, 1, 0);
-    mpx_forward_out o = { .size = sizeof o };
-    cr_assert_eq(t.vt->forward(t.m, &b.b, &o), 0, "%s", tb_error(&t));
-    cr_assert_eq(t.vt->backward(t.m, &b.b, 1.0f, 0), 0, "%s", tb_error(&t));
+    forward_backward(&t, &b);
     float *g1 = malloc(t.numel * 4);
     memcpy(g1, t.g.p, t.numel * 4);
     cr_assert_eq(t.vt->backward(t.m, &b.b, 1024.0f, 1), 0, "%s", tb_error(&t));

@@ -31,7 +31,7 @@ static void make_ckpt(char *dir, const char *config, const char *weights_from)
 /* tiny's config.json with one "key": value replaced. */
 static char *tiny_config_with(const char *key, const char *value)
 {
-    char *cfg = tb_read(TINY "/config.json", NULL), *out = malloc(strlen(cfg) + 64);
+    char *cfg = ts_slurp(TINY "/config.json", NULL), *out = malloc(strlen(cfg) + 64);
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\": ", key);
     char *p = strstr(cfg, pat);
@@ -201,7 +201,7 @@ Test(bert_ckpt, truncated_or_corrupt_safetensors_is_an_error_naming_the_problem)
     make_ckpt(dir, NULL, TINY "/model.safetensors");
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     size_t n;
-    char *buf = tb_read(TINY "/model.safetensors", &n);
+    char *buf = ts_slurp(TINY "/model.safetensors", &n);
     tb_write(path, buf, n - 1000);
     expect_init_error(dir, NULL, "truncated", "model.safetensors");
     tb_write(path, buf, 5);

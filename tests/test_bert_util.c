@@ -17,25 +17,10 @@ struct fx_file {
     json_t *hdr;
 };
 
-char *tb_read(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
-    buf[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 fx_file *fx_open(const char *path)
 {
     fx_file *f = calloc(1, sizeof *f);
-    f->buf = tb_read(path, &f->len);
+    f->buf = ts_slurp(path, &f->len);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = (hl << 8) | (unsigned char)f->buf[i];
     json_error_t e;
@@ -246,7 +231,7 @@ void tb_write(const char *path, const void *data, size_t len)
 void tb_copy(const char *src, const char *dst)
 {
     size_t n;
-    char *b = tb_read(src, &n);
+    char *b = ts_slurp(src, &n);
     tb_write(dst, b, n);
     free(b);
 }

@@ -5,6 +5,7 @@
 #define TEST_BERT_UTIL_H
 
 #include "support/test_host.h"
+#include "support/shell.h"
 
 /* ---- fixture files ---- */
 typedef struct fx_file fx_file;
@@ -60,6 +61,5 @@ void tb_tempdir(char *buf, size_t cap);
 void tb_cleanup(void);   /* removes them: use as a suite's .fini */
 void tb_write(const char *path, const void *data, size_t len);
 void tb_copy(const char *src, const char *dst);
-char *tb_read(const char *path, size_t *len);
 
 #endif

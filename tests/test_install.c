@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "support/shell.h"
+
 #define PLUGIN_NAME "oot-bf16-kahan"
 
 static char tmp[256];     /* the test's temporary folder */
@@ -172,11 +174,8 @@ Test(install, the_installed_mpx_lists_the_plugin_from_plugin_dir_and_env)
 static json_t *load_run(const char *dir)
 {
     char path[512];
-    json_error_t e;
     snprintf(path, sizeof path, "%s/run.json", dir);
-    json_t *r = json_load_file(path, 0, &e);
-    cr_assert_not_null(r, "%s:%d: %s", path, e.line, e.text);
-    return r;
+    return ts_load_json(path);
 }
 
 static const char *jstr(json_t *root, const char *a, const char *b)

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "support/shell.h"
+
 static char *tmp_dir(void)
 {
     char *d = strdup("/tmp/mpx-records-XXXXXX");
@@ -27,11 +29,8 @@ static int run_toy(const char *out, const char *env, const char *extra)
 static json_t *load_record(const char *out)
 {
     char path[512];
-    json_error_t e;
     snprintf(path, sizeof path, "%s/toy/run.json", out);
-    json_t *j = json_load_file(path, 0, &e);
-    cr_assert_not_null(j, "%s: %s (line %d)", path, e.text, e.line);
-    return j;
+    return ts_load_json(path);
 }
 
 /* Rows of metrics.csv: every complete line has as many fields as the header. */

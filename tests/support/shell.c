@@ -1,6 +1,7 @@
 #include "shell.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,4 +63,12 @@ char *ts_slurp(const char *path, size_t *n)
     fclose(f);
     if (n) *n = got;
     return buf;
+}
+
+json_t *ts_load_json(const char *path)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s:%d: %s", path, e.line, e.text);
+    return j;
 }

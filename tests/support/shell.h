@@ -18,4 +18,8 @@ void ts_write_file(const char *path, const char *text);
 /* The whole file, NUL-terminated (malloc'd); its length in *n when n is not NULL. */
 char *ts_slurp(const char *path, size_t *n);
 
+/* A JSON file (jansson; new reference), or a failed assertion naming file and line. */
+struct json_t;
+struct json_t *ts_load_json(const char *path);
+
 #endif

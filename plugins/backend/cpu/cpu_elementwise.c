@@ -52,6 +52,26 @@ static int ew_run(ew_job *job, size_t n)
     return MPX_OK;
 }
 
+/* The common shapes: y = f(x) and y = f(a, b), every operand n elements, checked by name. */
+static int ew_unary(cpu_be *be, const char *op, const char *xn, mpx_arg x, const char *yn, mpx_arg y,
+                    size_t n, ew_kernel k)
+{
+    CPU_CHECK(be, op, xn, x, n);
+    CPU_CHECK(be, op, yn, y, n);
+    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k };
+    return ew_run(&job, n);
+}
+
+static int ew_binary(cpu_be *be, const char *op, const char *an, mpx_arg a, const char *bn, mpx_arg b,
+                     const char *yn, mpx_arg y, size_t n, ew_kernel k)
+{
+    CPU_CHECK(be, op, an, a, n);
+    CPU_CHECK(be, op, bn, b, n);
+    CPU_CHECK(be, op, yn, y, n);
+    ew_job job = { .be = be, .in = { a, b }, .n_in = 2, .out = y, .kernel = k };
+    return ew_run(&job, n);
+}
+
 /* ---- cast, add, axpby, scale ---- */
 
 static void k_copy(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
@@ -62,11 +82,7 @@ static void k_copy(const ew_job *j, size_t off, size_t n, float *const *in, floa
 
 int cpu_cast(void *vbe, mpx_arg x, mpx_arg y, size_t n)
 {
-    cpu_be *be = vbe;
-    CPU_CHECK(be, "cast", "x", x, n);
-    CPU_CHECK(be, "cast", "y", y, n);
-    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_copy };
-    return ew_run(&job, n);
+    return ew_unary(vbe, "cast", "x", x, "y", y, n, k_copy);
 }
 
 static void k_add(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
@@ -77,12 +93,7 @@ static void k_add(const ew_job *j, size_t off, size_t n, float *const *in, float
 
 int cpu_add(void *vbe, mpx_arg a, mpx_arg b, mpx_arg y, size_t n)
 {
-    cpu_be *be = vbe;
-    CPU_CHECK(be, "add", "a", a, n);
-    CPU_CHECK(be, "add", "b", b, n);
-    CPU_CHECK(be, "add", "y", y, n);
-    ew_job job = { .be = be, .in = { a, b }, .n_in = 2, .out = y, .kernel = k_add };
-    return ew_run(&job, n);
+    return ew_binary(vbe, "add", "a", a, "b", b, "y", y, n, k_add);
 }
 
 static void k_axpby(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
@@ -145,21 +156,12 @@ static void k_gelu_bwd(const ew_job *j, size_t off, size_t n, float *const *in, 
 
 int cpu_gelu_fwd(void *vbe, mpx_arg x, mpx_arg y, size_t n)
 {
-    cpu_be *be = vbe;
-    CPU_CHECK(be, "gelu_fwd", "x", x, n);
-    CPU_CHECK(be, "gelu_fwd", "y", y, n);
-    ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_gelu_fwd };
-    return ew_run(&job, n);
+    return ew_unary(vbe, "gelu_fwd", "x", x, "y", y, n, k_gelu_fwd);
 }
 
 int cpu_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
 {
-    cpu_be *be = vbe;
-    CPU_CHECK(be, "gelu_bwd", "dy", dy, n);
-    CPU_CHECK(be, "gelu_bwd", "x", x, n);
-    CPU_CHECK(be, "gelu_bwd", "dx", dx, n);
-    ew_job job = { .be = be, .in = { dy, x }, .n_in = 2, .out = dx, .kernel = k_gelu_bwd };
-    return ew_run(&job, n);
+    return ew_binary(vbe, "gelu_bwd", "dy", dy, "x", x, "dx", dx, n, k_gelu_bwd);
 }
 
 /* ---- dropout: element i keeps when (draw_i >> 8) * 2^-24 >= p ---- */
