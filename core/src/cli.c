@@ -37,12 +37,13 @@ int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage)
             }
             continue;
         }
-        if (!strcmp(a, "--out")) {
+        if (!strcmp(a, "--out") || !strcmp(a, "--resume")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "mpx: --out needs a folder\n%s", usage);
+                fprintf(stderr, "mpx: %s needs a folder\n%s", a, usage);
                 return 2;
             }
-            c->out_dir = argv[++i];
+            if (a[2] == 'o') c->out_dir = argv[++i];
+            else c->resume_dir = argv[++i];
             continue;
         }
         if (a[0] == '-' && a[1]) {

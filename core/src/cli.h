@@ -12,6 +12,7 @@ typedef struct mpx_cli {
     const char *overrides[256];   /* -s KEY=VALUE */
     size_t n_overrides;
     const char *out_dir;          /* --out DIR (mpx run): the record folder itself */
+    const char *resume_dir;       /* --resume DIR (mpx run): continue the run in DIR */
     const char *positional[8];    /* other arguments, in order */
     size_t n_positional;
 } mpx_cli;

@@ -10,16 +10,21 @@
 #include "provenance.h"
 #include "record.h"
 #include "train.h"
+#include "train_state.h"
 
 extern const char *const mpx_metrics_columns[];
 extern const size_t mpx_n_metrics_columns;
 
 static const char run_usage[] =
     "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]... [--out DIR]\n"
+    "       mpx run [CONFIG [-s KEY=VALUE]...] --resume DIR\n"
     "  trains and evaluates as CONFIG says; writes <run.output_dir>/<run.name>/run.json\n"
     "  (or DIR/run.json with --out)\n"
     "  (status, effective config, plugins, metrics, counted memory) and metrics.csv\n"
-    "  (one row per step); exit 0 finished, 1 failed, 2 usage\n";
+    "  (one row per step); exit 0 finished, 1 failed, 2 usage\n"
+    "  --resume DIR continues the run in DIR from its last training-state checkpoint\n"
+    "  (train.checkpoint_every), with the checkpoint's configuration or CONFIG, which\n"
+    "  must then be the same run\n";
 
 static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c, const char *what)
 {
@@ -120,27 +125,39 @@ static int save_model(mpx_session *s, const char *dir, char *err, size_t errlen)
 }
 
 /* Everything after the record exists; failures end up in the record. */
-static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int train, char *err, size_t errlen)
+static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int train, const char *from,
+                          char *err, size_t errlen)
 {
     json_t *metrics = json_object_get(rec->root, "metrics");
-    if (train && mpx_train(s, t, rec, metrics, err, errlen)) return -1;
+    if (train && mpx_train_resume(s, t, rec, metrics, from, err, errlen)) return -1;
     json_object_set_new(rec->root, "memory", memory_report(s));
     if (train && save_model(s, rec->dir, err, errlen)) return -1;
     if (t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1;
     return 0;
 }
 
-/* mpx run and mpx eval: the same session; eval skips training and the training data. */
-static int run_or_eval(int argc, char **argv, int train, const char *usage, const char *what)
+/* --resume DIR: the run folder is DIR; the configuration the checkpoint's unless given. */
+static int resume_args(mpx_cli *c, int train, const char *usage, char *from, size_t len, char *cfg, size_t cfg_len)
 {
-    mpx_cli c;
-    int rc = mpx_cli_parse(&c, argc, argv, usage);
-    if (rc) return rc == 1 ? 0 : rc;
-    if (c.n_positional != 1) {
+    if (!train || c->n_positional > 1 || (c->out_dir && strcmp(c->out_dir, c->resume_dir) != 0)) {
         fputs(usage, stderr);
         return 2;
     }
-    c.config = c.positional[0];
+    if (mpx_train_state_find(c->resume_dir, from, len)) {
+        fprintf(stderr, "mpx run: --resume %s: no training state there (%s/train_state/state.json; "
+                "is train.checkpoint_every set?)\n", c->resume_dir, c->resume_dir);
+        return 1;
+    }
+    snprintf(cfg, cfg_len, "%s/config.cfg", from);
+    c->config = c->n_positional ? c->positional[0] : cfg;
+    c->out_dir = c->resume_dir;
+    return 0;
+}
+
+/* One run (or evaluation) in its own session; `from` a training-state folder or NULL. */
+static int run_session(const mpx_cli *cp, int argc, char **argv, int train, const char *what, const char *from)
+{
+    mpx_cli c = *cp;
     mpx_session s;
     mpx_task t;
     memset(&t, 0, sizeof t);
@@ -157,7 +174,7 @@ static int run_or_eval(int argc, char **argv, int train, const char *usage, cons
         return 1;
     }
     mpx_record rec;
-    rc = mpx_session_start(&s, err, sizeof err);
+    int rc = mpx_session_start(&s, err, sizeof err);
     json_t *root = new_root(&s, argc, argv, &c, what);
     if (mpx_record_open(&rec, dir, root, mpx_metrics_columns, mpx_n_metrics_columns, err + 4096, 4096)) {
         fprintf(stderr, "mpx %s: %s\n", what, err + 4096);
@@ -171,7 +188,8 @@ static int run_or_eval(int argc, char **argv, int train, const char *usage, cons
         json_object_set_new(root, "checkpoint_files", checkpoint_files(&s));
         rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
-    if (!rc) rc = train_and_eval(&s, &t, &rec, train, err, sizeof err);
+    if (!rc) rc = train_and_eval(&s, &t, &rec, train, from, err, sizeof err);
+    if (!rc && train) mpx_train_state_remove(dir);
     mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL);
     if (rc) fprintf(stderr, "mpx %s: %s\n", what, err);
     else fprintf(stderr, "mpx %s: finished; record in %s/run.json\n", what, dir);
@@ -179,6 +197,25 @@ static int run_or_eval(int argc, char **argv, int train, const char *usage, cons
     if (t.destroy) t.destroy(&t);
     mpx_session_close(&s);
     return rc ? 1 : 0;
+}
+
+/* mpx run and mpx eval: the same session; eval skips training and the training data. */
+static int run_or_eval(int argc, char **argv, int train, const char *usage, const char *what)
+{
+    mpx_cli c;
+    int rc = mpx_cli_parse(&c, argc, argv, usage);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (c.resume_dir) {
+        char from[PATH_MAX], cfg[PATH_MAX + 16];
+        rc = resume_args(&c, train, usage, from, sizeof from, cfg, sizeof cfg);
+        return rc ? rc : run_session(&c, argc, argv, train, what, from);
+    }
+    if (c.n_positional != 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    c.config = c.positional[0];
+    return run_session(&c, argc, argv, train, what, NULL);
 }
 
 static const char eval_usage[] =

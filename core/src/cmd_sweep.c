@@ -14,7 +14,8 @@ static const char sweep_usage[] =
     "  runs every cell of the sweep (the cross product of its axes) that has no finished\n"
     "  record yet, each in its own process, into <run.output_dir>/<name>/<cell>-<hash>/;\n"
     "  a cell whose plugin is not installed or declared incompatible is recorded as skipped.\n"
-    "  Killed and unfinished cells are run again; failed ones only with --retry-failed.\n"
+    "  Killed and unfinished cells are run again (from their train_state checkpoint when\n"
+    "  they have one); failed ones only with --retry-failed.\n"
     "  -s applies to every cell, before the axes (give the same -s when resuming).\n"
     "  --dry-run lists the cells and their state (todo, finished, skipped, failed, running)\n"
     "  without running anything. Writes <name>/sweep.json. Exit 0 when every cell is\n"
@@ -37,7 +38,7 @@ static int parse(sweep_opts *o, int argc, char **argv)
     }
     int rc = mpx_cli_parse(&o->cli, n, rest, sweep_usage);
     if (rc) return rc;
-    if (o->cli.out_dir || o->cli.n_positional != 1) {
+    if (o->cli.out_dir || o->cli.resume_dir || o->cli.n_positional != 1) {
         fputs(sweep_usage, stderr);
         return 2;
     }

@@ -66,6 +66,8 @@ static const mpx_option train_opts[] = {
     OPT("diagnostics", MPX_OPT_BOOL, "true", NORANGE,
         "per-group underflow, stalled updates and update/weight ratios every log_every steps (diagnostics.csv)"),
     OPT("save_model", MPX_OPT_BOOL, "true", NORANGE, "save the trained weights in the run folder"),
+    OPT("checkpoint_every", MPX_OPT_INT, "0", RANGE(0, INFINITY),
+        "steps between training-state checkpoints (<run>/train_state, for mpx run --resume); 0 = none"),
 };
 
 #define PRECISION_DTYPES "policy|fp32|fp16|bf16"

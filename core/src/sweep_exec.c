@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "record.h"
+#include "train_state.h"
 
 static double now_s(void)
 {
@@ -25,7 +26,7 @@ static double now_s(void)
 /* argv of the child; the strings belong to the sweep and the cell. */
 static char **child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *dirs, size_t n_dirs)
 {
-    size_t n = 0, cap = 6 + 2 * c->n_overrides + 2 * n_dirs;
+    size_t n = 0, cap = 8 + 2 * c->n_overrides + 2 * n_dirs;
     char **argv = calloc(cap, sizeof *argv);
     if (!argv) return NULL;
     argv[n++] = "mpx";
@@ -37,6 +38,11 @@ static char **child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const cha
     }
     argv[n++] = "--out";
     argv[n++] = (char *)c->dir;
+    char state[PATH_MAX];
+    if (mpx_train_state_find(c->dir, state, sizeof state) == 0) { /* an interrupted cell continues */
+        argv[n++] = "--resume";
+        argv[n++] = (char *)c->dir;
+    }
     for (size_t i = 0; i < n_dirs; i++) {
         argv[n++] = "--plugin-dir";
         argv[n++] = (char *)dirs[i];

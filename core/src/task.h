@@ -22,6 +22,10 @@ struct mpx_task {
      * to `metrics` and writes predictions under `dir` (may be NULL). */
     int (*evaluate)(mpx_task *t, mpx_session *s, json_t *metrics, const char *dir,
                     char *err, size_t errlen);
+    /* Where the training data order stands (epoch, position in its shuffled order),
+     * and a jump back there (training-state checkpoints; train_state.h). */
+    void (*position)(const mpx_task *t, uint64_t pos[2]);
+    int (*seek)(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *err, size_t errlen);
     /* Data files the run used (path → sha256), for the record. */
     json_t *(*data_files)(mpx_task *t);
     void (*destroy)(mpx_task *t);

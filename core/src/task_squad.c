@@ -114,6 +114,27 @@ static int squad_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int
     return 0;
 }
 
+static void squad_position(const mpx_task *t, uint64_t pos[2])
+{
+    const squad_task *d = t->self;
+    pos[0] = d->epoch;
+    pos[1] = (uint64_t)d->cursor;
+}
+
+static int squad_seek(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *err, size_t errlen)
+{
+    squad_task *d = t->self;
+    if (!d->train_fs || pos[0] > UINT32_MAX || pos[1] > (uint64_t)d->train_fs->n_features) {
+        snprintf(err, errlen, "squad: data position (epoch %llu, window %llu) outside the training windows",
+                 (unsigned long long)pos[0], (unsigned long long)pos[1]);
+        return -1;
+    }
+    d->epoch = (uint32_t)pos[0];
+    shuffle(d, s->seed);
+    d->cursor = (int32_t)pos[1];
+    return 0;
+}
+
 /* Logits of one eval batch into rows of the full [n_features][max_seq] arrays. */
 static int read_logits(mpx_session *s, const mpx_forward_out *fo, int32_t first, int rows, int32_t seq,
                        int32_t row_len, float *start, float *end, float *tmp, void *dev32)
@@ -294,6 +315,8 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
     }
     t->name = "squad";
     t->next = squad_next;
+    t->position = squad_position;
+    t->seek = squad_seek;
     t->evaluate = squad_evaluate;
     t->data_files = squad_files;
     return 0;

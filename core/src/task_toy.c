@@ -82,6 +82,27 @@ static int toy_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int64
     return 0;
 }
 
+static void toy_position(const mpx_task *t, uint64_t pos[2])
+{
+    const toy_task *d = t->self;
+    pos[0] = d->epoch;
+    pos[1] = d->cursor;
+}
+
+static int toy_seek(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *err, size_t errlen)
+{
+    toy_task *d = t->self;
+    if (pos[0] > UINT32_MAX || pos[1] > (uint64_t)d->examples) {
+        snprintf(err, errlen, "toy: data position (epoch %llu, example %llu) outside the %lld examples",
+                 (unsigned long long)pos[0], (unsigned long long)pos[1], (long long)d->examples);
+        return -1;
+    }
+    d->epoch = (uint32_t)pos[0];
+    shuffle(d, s->seed);
+    d->cursor = (size_t)pos[1];
+    return 0;
+}
+
 static int toy_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const char *dir,
                         char *err, size_t errlen)
 {
@@ -177,6 +198,8 @@ int mpx_task_toy_open(mpx_task *t, mpx_session *s, char *err, size_t errlen)
     t->n_train = (size_t)d->examples;
     t->next = toy_next;
     t->evaluate = toy_evaluate;
+    t->position = toy_position;
+    t->seek = toy_seek;
     t->data_files = toy_files;
     return 0;
 }

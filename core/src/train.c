@@ -12,9 +12,10 @@
 #include "diagnostics.h"
 #include "loss_scaler.h"
 #include "schedule_glue.h"
+#include "train_state.h"
 
 typedef struct train_cfg {
-    int64_t batch, accum, epochs, max_steps, log_every, eval_every;
+    int64_t batch, accum, epochs, max_steps, log_every, eval_every, checkpoint_every;
     double clip;
 } train_cfg;
 
@@ -27,6 +28,9 @@ static int read_train_cfg(const mpx_session *s, train_cfg *c)
     rc |= mpx_config_get_int(s->cfg, "train.log_every", &c->log_every);
     rc |= mpx_config_get_float(s->cfg, "train.gradient_clipping", &c->clip);
     rc |= mpx_config_get_int(s->cfg, "eval.every", &c->eval_every);
+    c->checkpoint_every = 0;
+    if (mpx_config_lookup(s->cfg, "train.checkpoint_every"))
+        rc |= mpx_config_get_int(s->cfg, "train.checkpoint_every", &c->checkpoint_every);
     return rc;
 }
 
@@ -248,13 +252,14 @@ const size_t mpx_n_metrics_columns = N_COLS;
 /* The steps themselves, with the state mpx_train set up. */
 static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train_cfg *cp, int64_t total,
                        mpx_loss_scaler *lsp, mpx_lr_schedule *sched, mpx_diagnostics *diag, json_t *progress_j,
-                       json_t *trace, json_t *losses, json_t *overflows, json_t *metrics, char *err, size_t errlen)
+                       mpx_train_progress *pr, json_t *metrics, char *err, size_t errlen)
 {
     const train_cfg c = *cp;
     mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
-    double t0 = now_s(), first_loss = NAN, last_loss = NAN;
-    int64_t updates = 0, skipped = 0, tokens_total = 0;
-    for (int64_t step = 0; step < total; step++) {
+    json_t *trace = pr->trace, *losses = pr->losses, *overflows = pr->overflows;
+    double t0 = now_s() - pr->elapsed, first_loss = pr->first_loss, last_loss = pr->last_loss;
+    int64_t updates = pr->updates, skipped = pr->skipped, tokens_total = pr->tokens_total;
+    for (int64_t step = pr->step; step < total; step++) {
         json_object_set_new(progress_j, "step", json_integer(step));
         maybe_fault(step, rec);
         double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(sched, step);
@@ -302,6 +307,12 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
             if (!evals) json_object_set_new(metrics, "evals", evals = json_array());
             json_array_append_new(evals, m);
         }
+        if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < total) {
+            *pr = (mpx_train_progress){ step + 1, total, updates, skipped, tokens_total, first_loss, last_loss,
+                                        now_s() - t0, trace, losses, overflows };
+            if (mpx_train_state_save(s, t, rec, lsp, diag, pr, metrics, err, errlen)) return -1;
+            mpx_record_sync(rec);
+        }
     }
     json_object_set_new(progress_j, "step", json_integer(total));
     double elapsed = now_s() - t0;
@@ -309,17 +320,23 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
     json_object_set_new(metrics, "updates", json_integer(updates));
     json_object_set_new(metrics, "skipped_steps", json_integer(skipped));
     json_object_set_new(metrics, "overflow_count", json_integer(lsp->overflows));
-    json_object_set_new(metrics, "loss_scale_trace", trace);
-    json_object_set_new(metrics, "overflow_steps", overflows); /* [step, scale used] of each skipped step */
+    json_object_set(metrics, "loss_scale_trace", trace);
+    json_object_set(metrics, "overflow_steps", overflows); /* [step, scale used] of each skipped step */
     json_object_set_new(metrics, "first_loss", json_real(first_loss));
     json_object_set_new(metrics, "final_loss", json_real(last_loss));
-    json_object_set_new(metrics, "losses", losses);
+    json_object_set(metrics, "losses", losses);
     json_object_set_new(metrics, "train_seconds", json_real(elapsed));
     json_object_set_new(metrics, "tokens_per_s", json_real(elapsed > 0 ? (double)tokens_total / elapsed : 0));
     return 0;
 }
 
 int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen)
+{
+    return mpx_train_resume(s, t, rec, metrics, NULL, err, errlen);
+}
+
+int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, const char *from,
+                     char *err, size_t errlen)
 {
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
@@ -328,14 +345,24 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
     if (mpx_scaler_init(&ls, s->prec.loss_scale, s->cfg, err, errlen)) return -1;
     mpx_lr_schedule sched;
     if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
-    json_t *trace = json_array(), *losses = json_array(), *overflows = json_array();
-    json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
     json_t *progress_j = json_object();
     json_object_set_new(rec->root, "progress", progress_j);
     json_object_set_new(progress_j, "total_steps", json_integer(total));
     mpx_diagnostics diag;
-    if (mpx_diag_open(&diag, s, rec->dir, err, errlen)) { mpx_diag_close(&diag, s); return -1; }
-    int rc = train_steps(s, t, rec, &c, total, &ls, &sched, &diag, progress_j, trace, losses, overflows, metrics, err, errlen);
+    if (mpx_diag_open(&diag, s, rec->dir, err, errlen)) {
+        mpx_diag_close(&diag, s);
+        mpx_lr_schedule_close(&sched);
+        return -1;
+    }
+    json_t *trace = json_array(), *losses = json_array(), *overflows = json_array();
+    json_array_append_new(trace, json_pack("[I, f]", (json_int_t)0, ls.scale));
+    mpx_train_progress pr = { .total = total, .first_loss = NAN, .last_loss = NAN,
+                              .trace = trace, .losses = losses, .overflows = overflows };
+    int rc = from ? mpx_train_state_load(from, s, t, rec, &ls, &diag, &pr, metrics, err, errlen) : 0;
+    if (!rc) rc = train_steps(s, t, rec, &c, total, &ls, &sched, &diag, progress_j, &pr, metrics, err, errlen);
+    json_decref(trace);
+    json_decref(losses);
+    json_decref(overflows);
     mpx_diag_summary(&diag, metrics);
     mpx_diag_close(&diag, s);
     mpx_lr_schedule_close(&sched);

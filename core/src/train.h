@@ -12,6 +12,11 @@
  * filling `metrics` (losses, skipped steps, overflows, scale trace, tokens/s). */
 int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, char *err, size_t errlen);
 
+/* mpx_train continuing from the training-state checkpoint folder `from` (train_state.h);
+ * from = NULL starts afresh. */
+int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, const char *from,
+                     char *err, size_t errlen);
+
 /* Number of optimizer steps the configuration asks for, given the task's data. */
 int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
 

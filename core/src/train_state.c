@@ -1,0 +1,502 @@
+#include "train_state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STATE_FORMAT "mpx-train-state"
+#define STATE_VERSION 1
+#define CHUNK ((size_t)8 << 20) /* host staging for device buffers */
+
+/* ---- the buffers a step depends on --------------------------------------------------- */
+
+typedef struct state_buf {
+    const char *name;
+    mpx_arg a;
+} state_buf;
+
+static size_t state_buffers(const mpx_session *s, state_buf *out)
+{
+    static const char *const opt_names[MPX_MAX_OPT_STATE] = { "opt_state0", "opt_state1", "opt_state2", "opt_state3" };
+    size_t n = 0;
+    out[n++] = (state_buf){ "weights", s->weights };
+    if (s->master.p) out[n++] = (state_buf){ "master", s->master };
+    if (s->comp.p) out[n++] = (state_buf){ "compensation", s->comp };
+    for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++) out[n++] = (state_buf){ opt_names[i], s->state[i] };
+    return n;
+}
+
+/* ---- files ------------------------------------------------------------------------- */
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { if (w == 0) errno = EIO; return -1; }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { if (r == 0) errno = EIO; return -1; }
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Copy src to dst (synced); a missing src is fine when `optional`. */
+static int copy_file(const char *src, const char *dst, int optional, char *err, size_t errlen)
+{
+    int in = open(src, O_RDONLY);
+    if (in < 0) {
+        if (optional && errno == ENOENT) return 0;
+        snprintf(err, errlen, "cannot read %s: %s", src, strerror(errno));
+        return -1;
+    }
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (out < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", dst, strerror(errno));
+        close(in);
+        return -1;
+    }
+    char buf[65536];
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { snprintf(err, errlen, "cannot read %s: %s", src, strerror(errno)); rc = -1; break; }
+        if (r == 0) break;
+        if (write_all(out, buf, (size_t)r)) { snprintf(err, errlen, "cannot write %s: %s", dst, strerror(errno)); rc = -1; break; }
+    }
+    if (!rc && fsync(out) != 0) { snprintf(err, errlen, "cannot sync %s: %s", dst, strerror(errno)); rc = -1; }
+    close(in);
+    if (close(out) != 0 && !rc) { snprintf(err, errlen, "cannot write %s: %s", dst, strerror(errno)); rc = -1; }
+    return rc;
+}
+
+/* Remove a folder of plain files (a checkpoint folder has no sub-folders). */
+static int remove_files_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char path[PATH_MAX + 300];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    return rmdir(dir);
+}
+
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+int mpx_train_state_find(const char *dir, char *path, size_t len)
+{
+    static const char *const names[] = { "train_state", "train_state.old" };
+    for (size_t i = 0; i < 2; i++) {
+        char json[PATH_MAX + 64];
+        snprintf(path, len, "%s/%s", dir, names[i]);
+        snprintf(json, sizeof json, "%s/state.json", path);
+        if (exists(json)) return 0;
+    }
+    return -1;
+}
+
+void mpx_train_state_remove(const char *dir)
+{
+    static const char *const names[] = { "train_state", "train_state.old", "train_state.tmp" };
+    char path[PATH_MAX + 32];
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove_files_dir(path);
+    }
+}
+
+/* ---- save ------------------------------------------------------------------------- */
+
+static int write_buffers(mpx_session *s, const char *path, const state_buf *b, size_t n, json_t *layout,
+                         char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd < 0) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); return -1; }
+    char *host = malloc(CHUNK);
+    uint64_t offset = 0;
+    int rc = host ? 0 : -1;
+    if (!host) snprintf(err, errlen, "out of memory staging %s", path);
+    for (size_t i = 0; !rc && i < n; i++) {
+        size_t bytes = s->numel * mpx_dtype_size(b[i].a.t);
+        for (size_t done = 0; !rc && done < bytes; done += CHUNK) {
+            size_t k = bytes - done < CHUNK ? bytes - done : CHUNK;
+            if (s->ops->to_host(s->be, host, (const char *)b[i].a.p + done, k)) {
+                snprintf(err, errlen, "cannot copy the %s to the host for %s", b[i].name, path);
+                rc = -1;
+            } else if (write_all(fd, host, k)) {
+                snprintf(err, errlen, "cannot write %s (%s): %s", path, b[i].name, strerror(errno));
+                rc = -1;
+            }
+        }
+        json_array_append_new(layout, json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", b[i].name,
+                                                "dtype", mpx_dtype_name(b[i].a.t), "numel", (json_int_t)s->numel,
+                                                "offset", (json_int_t)offset, "bytes", (json_int_t)bytes));
+        offset += bytes;
+    }
+    if (!rc && fsync(fd) != 0) { snprintf(err, errlen, "cannot sync %s: %s", path, strerror(errno)); rc = -1; }
+    if (close(fd) != 0 && !rc) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); rc = -1; }
+    free(host);
+    return rc;
+}
+
+static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *scaler_json(const mpx_loss_scaler *ls)
+{
+    return json_pack("{s:s, s:f, s:I, s:I, s:I, s:i, s:I}", "preset", ls->preset, "scale", ls->scale,
+                     "iter", (json_int_t)ls->iter, "last_overflow_iter", (json_int_t)ls->last_overflow_iter,
+                     "growth_tracker", (json_int_t)ls->growth_tracker, "cur_hysteresis", ls->cur_hysteresis,
+                     "overflows", (json_int_t)ls->overflows);
+}
+
+static json_t *diag_json(const mpx_diagnostics *d)
+{
+    json_t *a = json_array();
+    for (int g = 0; g < MPX_GROUP_COUNT; g++) {
+        const mpx_diag_group *x = &d->g[g];
+        json_array_append_new(a, json_pack("[f, f, f, I, I, I]", x->sum_underflow, x->sum_stalled, x->sum_ratio,
+                                           (json_int_t)x->n_steps_u, (json_int_t)x->n_steps_s, (json_int_t)x->n_steps_r));
+    }
+    return json_pack("{s:o, s:f}", "groups", a, "seconds", d->seconds);
+}
+
+static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls, const mpx_diagnostics *diag,
+                          const mpx_train_progress *p, json_t *metrics, json_t *layout)
+{
+    uint64_t pos[2] = { 0, 0 };
+    if (t->position) t->position(t, pos);
+    json_t *evals = json_object_get(metrics, "evals");
+    json_t *m = json_pack("{s:O, s:O, s:O, s:o}", "losses", p->losses, "loss_scale_trace", p->trace,
+                          "overflow_steps", p->overflows, "evals", evals ? json_deep_copy(evals) : json_array());
+    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o}",
+                     "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)p->step,
+                     "total_steps", (json_int_t)p->total, "tick", (json_int_t)s->tick, "seed", (json_int_t)s->seed,
+                     "updates", (json_int_t)p->updates, "skipped", (json_int_t)p->skipped,
+                     "tokens_total", (json_int_t)p->tokens_total, "first_loss", real_or_null(p->first_loss),
+                     "last_loss", real_or_null(p->last_loss), "elapsed_s", p->elapsed,
+                     "data_position", (json_int_t)pos[0], (json_int_t)pos[1], "loss_scaler", scaler_json(ls),
+                     "diagnostics", diag_json(diag), "metrics", m, "buffers", layout,
+                     "config", mpx_config_to_json(s->cfg));
+}
+
+static int write_config(const mpx_session *s, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    int rc = !f || mpx_config_write(s->cfg, f) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    if (rc) snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    if (f && fclose(f) != 0 && !rc) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); rc = 1; }
+    return rc ? -1 : 0;
+}
+
+int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx_loss_scaler *ls,
+                         const mpx_diagnostics *diag, const mpx_train_progress *p, json_t *metrics,
+                         char *err, size_t errlen)
+{
+    char tmp[PATH_MAX + 32], fin[PATH_MAX + 32], old[PATH_MAX + 32], path[PATH_MAX + 64], src[PATH_MAX + 64];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    snprintf(tmp, sizeof tmp, "%s/train_state.tmp", rec->dir);
+    snprintf(fin, sizeof fin, "%s/train_state", rec->dir);
+    snprintf(old, sizeof old, "%s/train_state.old", rec->dir);
+    if (remove_files_dir(tmp) != 0 || mkdir(tmp, 0777) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    state_buf b[3 + MPX_MAX_OPT_STATE];
+    size_t n = state_buffers(s, b);
+    json_t *layout = json_array();
+    snprintf(path, sizeof path, "%s/state.bin", tmp);
+    if (write_buffers(s, path, b, n, layout, err, errlen)) { json_decref(layout); return -1; }
+    if (rec->csv) fflush(rec->csv);
+    if (diag->csv) fflush(diag->csv);
+    static const char *const rows[] = { "metrics.csv", "diagnostics.csv" };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", rec->dir, rows[i]);
+        snprintf(path, sizeof path, "%s/%s", tmp, rows[i]);
+        if (copy_file(src, path, i == 1, err, errlen)) { json_decref(layout); return -1; }
+    }
+    snprintf(path, sizeof path, "%s/config.cfg", tmp);
+    if (write_config(s, path, err, errlen)) { json_decref(layout); return -1; }
+    json_t *st = state_json(s, t, ls, diag, p, metrics, layout);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    int rc = !st || json_dump_file(st, path, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0;
+    json_decref(st);
+    if (rc) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); return -1; }
+    /* swap in: the previous checkpoint stays whole until the new one has its name */
+    if (fsync_path(tmp) != 0 || remove_files_dir(old) != 0 ||
+        (exists(fin) && rename(fin, old) != 0) || rename(tmp, fin) != 0 || fsync_path(rec->dir) != 0) {
+        snprintf(err, errlen, "cannot move the training state into %s: %s", fin, strerror(errno));
+        return -1;
+    }
+    remove_files_dir(old);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += (uint64_t)s->numel * mpx_dtype_size(b[i].a.t);
+    json_object_set_new(rec->root, "train_state",
+                        json_pack("{s:s, s:I, s:I, s:f}", "dir", fin, "step", (json_int_t)p->step, "bytes", (json_int_t)bytes,
+                                  "seconds", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)));
+    return 0;
+}
+
+/* ---- load ------------------------------------------------------------------------- */
+
+static int diff_key(json_t *a, json_t *b, char *key, size_t len, size_t used)
+{
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(a, k, v) {
+            int n = snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
+            size_t u = used + (n > 0 ? (size_t)n : 0);
+            if (u >= len) u = len - 1;
+            if (!strcmp(key, "train.checkpoint_every") || !strcmp(key, "run.name") || !strcmp(key, "run.output_dir"))
+                continue; /* where the records go and how often, not what the run computes */
+            json_t *w = json_object_get(b, k);
+            if (!w || diff_key(v, w, key, len, u)) return -1;
+        }
+        json_object_foreach(b, k, v) {
+            if (json_object_get(a, k)) continue;
+            snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
+            if (!strcmp(key, "train.checkpoint_every")) continue;
+            return -1;
+        }
+        key[used] = 0;
+        return 0;
+    }
+    return json_equal(a, b) ? 0 : -1;
+}
+
+int mpx_train_state_same_config(json_t *a, json_t *b, char *key, size_t len)
+{
+    key[0] = 0;
+    return diff_key(a, b, key, len, 0);
+}
+
+static int get_int(json_t *o, const char *k, int64_t *v)
+{
+    json_t *j = json_object_get(o, k);
+    if (!json_is_integer(j)) return -1;
+    *v = json_integer_value(j);
+    return 0;
+}
+
+static double get_real(json_t *o, const char *k)
+{
+    json_t *j = json_object_get(o, k);
+    return json_is_number(j) ? json_number_value(j) : NAN;
+}
+
+static int load_scaler(json_t *j, mpx_loss_scaler *ls)
+{
+    int64_t hyst = 0;
+    const char *preset = json_string_value(json_object_get(j, "preset"));
+    if (!preset || strcmp(preset, ls->preset) != 0 || get_int(j, "iter", &ls->iter) ||
+        get_int(j, "last_overflow_iter", &ls->last_overflow_iter) || get_int(j, "growth_tracker", &ls->growth_tracker) ||
+        get_int(j, "cur_hysteresis", &hyst) || get_int(j, "overflows", &ls->overflows) ||
+        !json_is_number(json_object_get(j, "scale")))
+        return -1;
+    ls->cur_hysteresis = (int)hyst;
+    ls->scale = json_number_value(json_object_get(j, "scale"));
+    return 0;
+}
+
+static int load_diag(json_t *j, mpx_diagnostics *d)
+{
+    json_t *groups = json_object_get(j, "groups");
+    if (!d->enabled) return 0;
+    if (json_array_size(groups) != MPX_GROUP_COUNT) return -1;
+    for (int g = 0; g < MPX_GROUP_COUNT; g++) {
+        json_t *a = json_array_get(groups, (size_t)g);
+        json_int_t u, st, r;
+        mpx_diag_group *x = &d->g[g];
+        if (json_unpack(a, "[F, F, F, I, I, I]", &x->sum_underflow, &x->sum_stalled, &x->sum_ratio, &u, &st, &r)) return -1;
+        x->n_steps_u = u;
+        x->n_steps_s = st;
+        x->n_steps_r = r;
+    }
+    d->seconds = get_real(j, "seconds");
+    return 0;
+}
+
+static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *err, size_t errlen)
+{
+    state_buf b[3 + MPX_MAX_OPT_STATE];
+    size_t n = state_buffers(s, b);
+    if (json_array_size(layout) != n) {
+        snprintf(err, errlen, "%s: holds %zu buffers, this run has %zu (another precision policy or optimizer?)",
+                 path, json_array_size(layout), n);
+        return -1;
+    }
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno)); return -1; }
+    struct stat sb;
+    uint64_t expect = 0;
+    for (size_t i = 0; i < n; i++) expect += (uint64_t)s->numel * mpx_dtype_size(b[i].a.t);
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != expect) {
+        snprintf(err, errlen, "%s: %lld bytes, expected %llu (truncated or another model?)", path,
+                 (long long)sb.st_size, (unsigned long long)expect);
+        close(fd);
+        return -1;
+    }
+    char *host = malloc(CHUNK);
+    int rc = host ? 0 : -1;
+    if (!host) snprintf(err, errlen, "out of memory staging %s", path);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *e = json_array_get(layout, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *dtype = json_string_value(json_object_get(e, "dtype"));
+        int64_t numel = -1;
+        get_int(e, "numel", &numel);
+        if (!name || strcmp(name, b[i].name) || !dtype || strcmp(dtype, mpx_dtype_name(b[i].a.t)) ||
+            numel != (int64_t)s->numel) {
+            snprintf(err, errlen, "%s: buffer %zu is %s (%s, %lld elements); this run's is %s (%s, %zu elements)", path, i,
+                     name ? name : "?", dtype ? dtype : "?", (long long)numel, b[i].name, mpx_dtype_name(b[i].a.t), s->numel);
+            rc = -1;
+            break;
+        }
+        size_t bytes = s->numel * mpx_dtype_size(b[i].a.t);
+        for (size_t done = 0; !rc && done < bytes; done += CHUNK) {
+            size_t k = bytes - done < CHUNK ? bytes - done : CHUNK;
+            if (read_all(fd, host, k)) {
+                snprintf(err, errlen, "cannot read %s (%s): %s", path, b[i].name, strerror(errno));
+                rc = -1;
+            } else if (s->ops->to_device(s->be, (char *)b[i].a.p + done, host, k)) {
+                snprintf(err, errlen, "cannot copy the %s from %s to the backend", b[i].name, path);
+                rc = -1;
+            }
+        }
+    }
+    free(host);
+    close(fd);
+    return rc;
+}
+
+static void replace_array(json_t *dst, json_t *src)
+{
+    json_array_clear(dst);
+    if (json_is_array(src)) json_array_extend(dst, src);
+}
+
+/* metrics.csv / diagnostics.csv: the checkpoint's rows, appended to from here. */
+static int restore_rows(const char *from, const char *dir, const char *name, FILE **f, char *err, size_t errlen)
+{
+    char src[PATH_MAX + 64], dst[PATH_MAX + 64];
+    snprintf(src, sizeof src, "%s/%s", from, name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    if (!*f) return 0;
+    fclose(*f);
+    *f = NULL;
+    if (copy_file(src, dst, 0, err, errlen)) return -1;
+    if (!(*f = fopen(dst, "a"))) {
+        snprintf(err, errlen, "cannot append to %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_record *rec,
+                         mpx_loss_scaler *ls, mpx_diagnostics *diag, mpx_train_progress *p,
+                         json_t *metrics, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 64], key[256];
+    snprintf(path, sizeof path, "%s/state.json", from);
+    json_error_t je;
+    json_t *st = json_load_file(path, 0, &je);
+    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return -1; }
+    int rc = -1;
+    const char *format = json_string_value(json_object_get(st, "format"));
+    int64_t version = 0, total = 0, tick = 0, seed = 0;
+    json_t *pos = json_object_get(st, "data_position"), *m = json_object_get(st, "metrics");
+    json_t *cfg = mpx_config_to_json(s->cfg);
+    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
+        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
+        goto out;
+    }
+    if (mpx_train_state_same_config(cfg, json_object_get(st, "config"), key, sizeof key)) {
+        snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
+        goto out;
+    }
+    if (get_int(st, "step", &p->step) || get_int(st, "total_steps", &total) || get_int(st, "tick", &tick) ||
+        get_int(st, "seed", &seed) || get_int(st, "updates", &p->updates) || get_int(st, "skipped", &p->skipped) ||
+        get_int(st, "tokens_total", &p->tokens_total) || json_array_size(pos) != 2 || !json_is_object(m)) {
+        snprintf(err, errlen, "%s: incomplete (step, total_steps, tick, seed, updates, skipped, tokens_total, "
+                 "data_position, metrics)", path);
+        goto out;
+    }
+    if (total != p->total || p->step < 0 || p->step > total || (uint64_t)seed != s->seed) {
+        snprintf(err, errlen, "%s: step %lld of %lld (seed %lld), but this run takes %lld steps (seed %llu)", path,
+                 (long long)p->step, (long long)total, (long long)seed, (long long)p->total, (unsigned long long)s->seed);
+        goto out;
+    }
+    if (load_scaler(json_object_get(st, "loss_scaler"), ls)) {
+        snprintf(err, errlen, "%s: loss_scaler: incomplete or another preset than %s", path, ls->preset);
+        goto out;
+    }
+    if (load_diag(json_object_get(st, "diagnostics"), diag)) {
+        snprintf(err, errlen, "%s: diagnostics: incomplete", path);
+        goto out;
+    }
+    uint64_t dp[2] = { (uint64_t)json_integer_value(json_array_get(pos, 0)),
+                       (uint64_t)json_integer_value(json_array_get(pos, 1)) };
+    if (!t->seek) { snprintf(err, errlen, "task %s cannot resume its data order", t->name); goto out; }
+    if (t->seek(t, s, dp, err, errlen)) goto out;
+    snprintf(path, sizeof path, "%s/state.bin", from);
+    if (read_buffers(s, path, json_object_get(st, "buffers"), err, errlen)) goto out;
+    if (restore_rows(from, rec->dir, "metrics.csv", &rec->csv, err, errlen) ||
+        restore_rows(from, rec->dir, "diagnostics.csv", &diag->csv, err, errlen))
+        goto out;
+    s->tick = (uint32_t)tick;
+    p->first_loss = get_real(st, "first_loss");
+    p->last_loss = get_real(st, "last_loss");
+    p->elapsed = get_real(st, "elapsed_s");
+    if (!isfinite(p->elapsed)) p->elapsed = 0;
+    replace_array(p->losses, json_object_get(m, "losses"));
+    replace_array(p->trace, json_object_get(m, "loss_scale_trace"));
+    replace_array(p->overflows, json_object_get(m, "overflow_steps"));
+    json_t *evals = json_object_get(m, "evals");
+    if (json_array_size(evals)) json_object_set(metrics, "evals", evals);
+    json_t *resumed = json_object_get(rec->root, "resumed");
+    if (!resumed) json_object_set_new(rec->root, "resumed", resumed = json_array());
+    json_array_append_new(resumed, json_pack("{s:s, s:I}", "from", from, "step", (json_int_t)p->step));
+    rc = 0;
+out:
+    json_decref(cfg);
+    json_decref(st);
+    return rc;
+}

@@ -1,0 +1,207 @@
+/* Training-state checkpoints: 20 steps of the tiny BERT (dropout on) straight against 10 steps, a death at step
+ * 10 (the fault hook), `mpx run --resume` and 10 more, for fp32, fp16-scaled (a forced
+ * overflow at step 3 and a growth window of 8, so the scale changes after the
+ * checkpoint only if the scaler's state came back) and pure-bf16 with stochastic
+ * rounding (Philox streams), all bitwise: the metrics rows (step, loss, lr, grad norm,
+ * loss scale, skipped), the record's loss curve, scale trace, EM and F1, diagnostics,
+ * and the saved weights. Then the refusals, the crash between the two renames, and a sweep that resumes
+ * its killed cell. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+
+#define TOY_STEPS "-s train.max_steps=20 -s train.checkpoint_every=10"
+#define STEPS TOY_STEPS " -s train.save_model=true -s train.log_every=4"
+
+/* metrics.csv without its two timing columns (tokens/s, elapsed). */
+static char *rows_without_timing(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    char *text = ts_slurp(path, NULL), *out = calloc(strlen(text) + 1, 1), *o = out;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        int commas = 0;
+        for (char *p = line; *p && commas < 6; p++) {
+            if (*p == ',') commas++;
+            if (commas < 6) *o++ = *p;
+        }
+        *o++ = '\n';
+    }
+    free(text);
+    return out;
+}
+
+static void expect_same_file(const char *a, const char *b, const char *name)
+{
+    char pa[512], pb[512];
+    size_t na, nb;
+    snprintf(pa, sizeof pa, "%s/%s", a, name);
+    snprintf(pb, sizeof pb, "%s/%s", b, name);
+    char *x = ts_slurp(pa, &na), *y = ts_slurp(pb, &nb);
+    cr_expect(na == nb && memcmp(x, y, na) == 0, "%s and %s differ", pa, pb);
+    free(x);
+    free(y);
+}
+
+static json_t *metrics_of(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_t *j = ts_load_json(path);
+    json_t *m = json_incref(json_object_get(j, "metrics"));
+    cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "finished", "%s", path);
+    json_decref(j);
+    return m;
+}
+
+/* The straight run and the interrupted + resumed one under `env` and `extra`. */
+static void straight_vs_resumed(const char *env, const char *extra)
+{
+    char *d = ts_tmpdir("resume");
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/straight", d);
+    snprintf(b, sizeof b, "%s/resumed", d);
+    cr_assert_eq(ts_sh(NULL, 0, "%s build/bin/mpx run configs/tiny_squad.cfg " STEPS " %s --out %s >%s.log 2>&1",
+                       env, extra, a, a), 0, "straight run (%s.log)", a);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s MPX_FAULT_AT_STEP=10 build/bin/mpx run configs/tiny_squad.cfg " STEPS " %s --out %s >%s.log 2>&1",
+             env, extra, b, b);
+    int rc = system(cmd);
+    cr_assert_neq(rc, 0, "the fault hook did not stop the run");
+    char path[512];
+    snprintf(path, sizeof path, "%s/train_state/state.json", b);
+    json_t *st = ts_load_json(path);
+    cr_assert_eq(json_integer_value(json_object_get(st, "step")), 10);
+    json_decref(st);
+    cr_assert_eq(ts_sh(NULL, 0, "%s build/bin/mpx run --resume %s >%s.resume.log 2>&1", env, b, b), 0,
+                 "resume (%s.resume.log)", b);
+
+    char *ra = rows_without_timing(a), *rb = rows_without_timing(b);
+    cr_expect_str_eq(rb, ra, "metrics rows differ");
+    size_t lines = 0;
+    for (char *p = ra; *p; p++) lines += *p == '\n';
+    cr_expect_eq(lines, 21, "header + 20 rows");
+    free(ra);
+    free(rb);
+    json_t *ma = metrics_of(a), *mb = metrics_of(b);
+    static const char *const keys[] = { "losses", "loss_scale_trace", "overflow_steps", "exact_match", "f1",
+                                        "updates", "skipped_steps", "overflow_count", "first_loss", "diagnostics" };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_expect(json_equal(json_object_get(ma, keys[i]), json_object_get(mb, keys[i])), "metrics.%s differs", keys[i]);
+    cr_expect_eq(json_array_size(json_object_get(ma, "losses")), 20);
+    json_decref(ma);
+    json_decref(mb);
+    expect_same_file(a, b, "checkpoint/model.safetensors");
+    expect_same_file(a, b, "diagnostics.csv");
+    snprintf(path, sizeof path, "%s/run.json", b);
+    json_t *rec = ts_load_json(path);
+    json_t *res = json_array_get(json_object_get(rec, "resumed"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(res, "step")), 10, "run.json says where it resumed");
+    json_decref(rec);
+    free(d);
+}
+
+Test(resume, fp32_20_steps_equal_10_plus_resume_plus_10, .timeout = 60)
+{
+    straight_vs_resumed("", "");
+}
+
+Test(resume, fp16_scaled_restores_the_loss_scaler, .timeout = 60)
+{
+    straight_vs_resumed("MPX_INJECT_OVERFLOW_AT_STEP=3",
+                        "-s 'precision.plugin=\"fp16-scaled\"' -s precision.loss_scale_window=8 "
+                        "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01");
+}
+
+Test(resume, pure_bf16_stochastic_rounding_restores_the_random_streams, .timeout = 60)
+{
+    straight_vs_resumed("", "-s 'precision.plugin=\"pure-bf16\"' -s 'precision.rounding=\"stochastic\"' "
+                            "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01");
+}
+
+/* A killed run folder with a checkpoint at step 10. */
+static char *killed_run(void)
+{
+    char *d = ts_tmpdir("resume-refuse");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPX_FAULT_AT_STEP=10 build/bin/mpx run configs/toy.cfg " TOY_STEPS " --out %s/run >/dev/null 2>&1", d);
+    cr_assert_neq(system(cmd), 0);
+    return d;
+}
+
+Test(resume, another_configuration_is_refused_naming_the_key, .timeout = 60)
+{
+    char *d = killed_run(), out[4096];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg " TOY_STEPS " -s optimizer.lr=0.01 --resume %s/run 2>&1", d);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(out, "optimizer.lr") != NULL, "names the key: %s", out);
+    /* a checkpoint_every of its own is the same run */
+    rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg " TOY_STEPS " -s train.checkpoint_every=5 --resume %s/run 2>&1", d);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(d);
+}
+
+Test(resume, a_folder_without_a_checkpoint_is_refused, .timeout = 30)
+{
+    char *d = ts_tmpdir("resume-none"), out[4096];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run --resume %s 2>&1", d);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(out, "no training state") != NULL, "%s", out);
+    free(d);
+}
+
+Test(resume, a_truncated_state_is_refused, .timeout = 60)
+{
+    char *d = killed_run(), out[4096];
+    cr_assert_eq(ts_sh(NULL, 0, "truncate -s 100 %s/run/train_state/state.bin", d), 0);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run --resume %s/run 2>&1", d);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(out, "state.bin: 100 bytes") != NULL, "%s", out);
+    free(d);
+}
+
+/* A crash between renaming the old checkpoint away and the new one in leaves only
+ * train_state.old: resume takes it. */
+Test(resume, a_crash_between_the_renames_resumes_from_the_old_folder, .timeout = 60)
+{
+    char *d = killed_run(), out[4096];
+    cr_assert_eq(ts_sh(NULL, 0, "mv %s/run/train_state %s/run/train_state.old", d, d), 0);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run --resume %s/run 2>&1", d);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(d);
+}
+
+/* mpx sweep: a cell killed after its checkpoint is resumed from it, not run again. */
+Test(resume, a_sweep_resumes_its_killed_cell_from_the_checkpoint, .timeout = 90)
+{
+    char *d = ts_tmpdir("resume-sweep"), path[1024], out[8192];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    char text[1024];
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\n"
+             "axes = ( { key = \"run.seed\"; values = (1, 2); } );\n", getenv("PWD"));
+    ts_write_file(path, text);
+    const char *keys = "-s train.max_steps=20 -s train.checkpoint_every=10";
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s --dry-run", path, d, keys), 0);
+    /* the first cell's folder, from the dry run's listing */
+    char *dir = strstr(out, d);
+    cr_assert_not_null(dir, "%s", out);
+    char cell[512];
+    cr_assert_eq(sscanf(dir, "%511s", cell), 1);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "MPX_FAULT_AT_STEP=15 build/bin/mpx run configs/toy.cfg %s -s run.seed=1 --out %s >/dev/null 2>&1",
+             keys, cell);
+    cr_assert_neq(system(cmd), 0);
+    cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s >/dev/null 2>&1", path, d, keys), 0);
+    snprintf(path, sizeof path, "%s/run.json", cell);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "finished");
+    json_t *res = json_array_get(json_object_get(rec, "resumed"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(res, "step")), 10, "resumed from the step-10 checkpoint");
+    cr_expect_eq(json_array_size(json_object_get(json_object_get(rec, "metrics"), "losses")), 20);
+    json_decref(rec);
+    free(d);
+}
