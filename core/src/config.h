@@ -81,6 +81,9 @@ const char *mpx_config_selected(const mpx_config *c, const char *group);
 int mpx_config_write(const mpx_config *c, FILE *f);
 /* The same as JSON (new reference; NULL on allocation failure): for run.json. */
 json_t *mpx_config_to_json(const mpx_config *c);
+/* Only what the file and the overrides set, defaults left out (values as effective, in
+ * schema order): text that does not change when a new key with a default is added. */
+int mpx_config_write_requested(const mpx_config *c, FILE *f);
 
 /* One more override, validated with all the others; on failure the configuration is
  * left as it was. */

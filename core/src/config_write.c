@@ -139,6 +139,44 @@ static int write_value(const mpx_config *c, FILE *f, const config_setting_t *s, 
     }
 }
 
+/* Whether `s` holds anything the file or an override set (not filled from a default). */
+static int is_requested(const config_setting_t *s)
+{
+    if (config_setting_get_hook(s) == mpx_config_default_where) return 0;
+    if (!config_setting_is_group(s)) return 1;
+    for (int i = 0; i < config_setting_length(s); i++)
+        if (is_requested(config_setting_get_elem(s, (unsigned)i))) return 1;
+    return 0;
+}
+
+static int write_requested_children(const mpx_config *c, FILE *f, const config_setting_t *s, int indent)
+{
+    size_t n = 0;
+    config_setting_t **kids = ordered_children(c, s, &n);
+    if (!kids) return -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!is_requested(kids[i])) continue;
+        fprintf(f, "%*s%s = ", indent, "", config_setting_name(kids[i]));
+        if (config_setting_is_group(kids[i])) {
+            fputs("{\n", f);
+            rc = write_requested_children(c, f, kids[i], indent + 2);
+            fprintf(f, "%*s}", indent, "");
+        } else {
+            rc = write_value(c, f, kids[i], indent);
+        }
+        fputs(";\n", f);
+    }
+    free(kids);
+    return rc;
+}
+
+int mpx_config_write_requested(const mpx_config *c, FILE *f)
+{
+    if (write_requested_children(c, f, config_root_setting(c->cfg), 0) != 0) return -1;
+    return ferror(f) ? -1 : 0;
+}
+
 int mpx_config_write(const mpx_config *c, FILE *f)
 {
     if (write_children(c, f, config_root_setting(c->cfg), 0) != 0) return -1;

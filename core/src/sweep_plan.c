@@ -56,7 +56,9 @@ static int build_cell(const mpx_sweep *sw, size_t cell, const char *const *user_
     return 0;
 }
 
-/* sha256 of the configuration text with run.output_dir blanked; first 8 hex digits. */
+/* sha256 of the requested configuration (what the base file and the overrides set, as
+ * validated; schema defaults left out, so that a key added to mpx later does not move
+ * every finished cell of a long study) with run.output_dir blanked; first 8 hex digits. */
 static void hash_config(mpx_config *cfg, char id[32])
 {
     char err[512], *text = NULL;
@@ -64,7 +66,7 @@ static void hash_config(mpx_config *cfg, char id[32])
     uint8_t digest[32];
     mpx_config_set(cfg, "run.output_dir=\"\"", err, sizeof err); /* best effort */
     FILE *f = open_memstream(&text, &len);
-    if (!f || mpx_config_write(cfg, f) != 0) len = 0;
+    if (!f || mpx_config_write_requested(cfg, f) != 0) len = 0;
     if (f) fclose(f);
     mpx_sha256(text ? text : "", len, digest);
     mpx_sha256_hex(digest, 4, id);
