@@ -1,13 +1,21 @@
-/* `mpx squad-eval DATA.json PREDICTIONS.json`: the official v1.1 evaluation. */
+/* `mpx squad-eval DATA.json PREDICTIONS.json [--per-question OUT.csv]`: the official v1.1
+ * evaluation; optionally each answered question's EM and F1, for paired comparisons. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "squad_metric.h"
 #include "squad_reader.h"
 
 int mpx_squad_eval_main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s DATA.json PREDICTIONS.json\n", argc > 0 ? argv[0] : "squad-eval");
+    const char *per_question = NULL;
+    if (argc == 5 && !strcmp(argv[3], "--per-question")) per_question = argv[4];
+    if (argc != 3 && !per_question) {
+        fprintf(stderr, "usage: %s DATA.json PREDICTIONS.json [--per-question OUT.csv]\n"
+                        "  --per-question: write id,exact_match,f1 for every answered question\n",
+                argc > 0 ? argv[0] : "squad-eval");
         return 2;
     }
     char err[512];
@@ -27,10 +35,19 @@ int mpx_squad_eval_main(int argc, char **argv)
         return 1;
     }
     mpx_squad_scores s;
-    int rc = mpx_squad_evaluate(&data, preds, &s, err, sizeof err);
-    if (rc) {
+    size_t n = data.n_questions > 0 ? (size_t)data.n_questions : 1;
+    double *em = malloc(n * sizeof *em), *f1 = malloc(n * sizeof *f1);
+    int rc = em && f1 ? mpx_squad_evaluate_each(&data, preds, &s, em, f1, err, sizeof err) : -1;
+    if (!em || !f1) snprintf(err, sizeof err, "out of memory");
+    if (!rc && per_question && mpx_squad_write_question_scores(per_question, &data, em, f1, 0, err, sizeof err)) {
+        fprintf(stderr, "squad-eval: --per-question %s\n", err);
+        rc = -2;
+    }
+    free(em);
+    free(f1);
+    if (rc == -1) {
         fprintf(stderr, "squad-eval: %s: %s\n", argv[1], err);
-    } else {
+    } else if (rc == 0) {
         char em[48], f1[48];
         mpx_format_double_py(s.exact_match, em, sizeof em);
         mpx_format_double_py(s.f1, f1, sizeof f1);

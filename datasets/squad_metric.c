@@ -2,6 +2,7 @@
  * with its special cases, Unicode \b, str.split()) carry over exactly. */
 #include "squad_metric.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -155,35 +156,91 @@ double mpx_squad_f1(const char *prediction, const char *ground_truth)
     return f1;
 }
 
-int mpx_squad_evaluate(const mpx_squad_dataset *data, const char *const *predictions, mpx_squad_scores *out,
-                       char *err, size_t errlen)
+int mpx_squad_score_each(const mpx_squad_dataset *data, const char *const *predictions, double *em, double *f1,
+                         char *err, size_t errlen)
 {
-    double em = 0.0, f1 = 0.0;
-    int32_t unanswered = 0;
     for (int32_t i = 0; i < data->n_questions; i++) {
         const mpx_squad_question *q = &data->questions[i];
-        if (!predictions[i]) {
-            unanswered++;
-            continue;
-        }
+        em[i] = f1[i] = NAN;
+        if (!predictions[i]) continue;
         if (q->n_answers == 0) { /* max() of nothing: the official script fails here too */
             snprintf(err, errlen, "question %s has no ground-truth answers", q->id);
             return -1;
         }
-        double best_em = 0.0, best_f1 = 0.0;
         for (int32_t k = 0; k < q->n_answers; k++) {
             double e = mpx_squad_exact_match(predictions[i], q->answers[k].text);
             double f = mpx_squad_f1(predictions[i], q->answers[k].text);
-            if (k == 0 || e > best_em) best_em = e;
-            if (k == 0 || f > best_f1) best_f1 = f;
+            if (k == 0 || e > em[i]) em[i] = e;
+            if (k == 0 || f > f1[i]) f1[i] = f;
         }
-        em += best_em;
-        f1 += best_f1;
+    }
+    return 0;
+}
+
+int mpx_squad_evaluate(const mpx_squad_dataset *data, const char *const *predictions, mpx_squad_scores *out,
+                       char *err, size_t errlen)
+{
+    size_t n = data->n_questions > 0 ? (size_t)data->n_questions : 1;
+    double *em = malloc(n * sizeof *em), *f1 = malloc(n * sizeof *f1);
+    if (!em || !f1) {
+        free(em);
+        free(f1);
+        snprintf(err, errlen, "out of memory scoring %d questions", (int)data->n_questions);
+        return -1;
+    }
+    int rc = mpx_squad_evaluate_each(data, predictions, out, em, f1, err, errlen);
+    free(em);
+    free(f1);
+    return rc;
+}
+
+int mpx_squad_evaluate_each(const mpx_squad_dataset *data, const char *const *predictions, mpx_squad_scores *out,
+                            double *em, double *f1, char *err, size_t errlen)
+{
+    if (mpx_squad_score_each(data, predictions, em, f1, err, errlen)) return -1;
+    double em_sum = 0.0, f1_sum = 0.0;
+    int32_t unanswered = 0;
+    for (int32_t i = 0; i < data->n_questions; i++) {
+        if (isnan(em[i])) { /* an unanswered question scores 0 */
+            unanswered++;
+            continue;
+        }
+        em_sum += em[i];
+        f1_sum += f1[i];
     }
     out->n_questions = data->n_questions;
     out->n_unanswered = unanswered;
-    out->exact_match = data->n_questions ? 100.0 * em / data->n_questions : 0.0;
-    out->f1 = data->n_questions ? 100.0 * f1 / data->n_questions : 0.0;
+    out->exact_match = data->n_questions ? 100.0 * em_sum / data->n_questions : 0.0;
+    out->f1 = data->n_questions ? 100.0 * f1_sum / data->n_questions : 0.0;
+    return 0;
+}
+
+int mpx_squad_write_question_scores(const char *path, const mpx_squad_dataset *data, const double *em,
+                                    const double *f1, int unanswered_as_zero, char *err, size_t errlen)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%.200s: path too long", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(err, errlen, "%.2000s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    fputs("id,exact_match,f1\n", f);
+    for (int32_t i = 0; i < data->n_questions; i++) {
+        int answered = !isnan(em[i]);
+        if (!answered && !unanswered_as_zero) continue;
+        fprintf(f, "%s,%d,%.9g\n", data->questions[i].id, answered ? (int)em[i] : 0, answered ? f1[i] : 0.0);
+    }
+    int bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        snprintf(err, errlen, "%.2000s: %s", bad ? tmp : path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
     return 0;
 }
 

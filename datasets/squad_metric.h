@@ -24,6 +24,18 @@ double mpx_squad_f1(const char *prediction, const char *ground_truth);
 /* predictions[i] answers data->questions[i]; NULL = unanswered. */
 int mpx_squad_evaluate(const mpx_squad_dataset *data, const char *const *predictions, mpx_squad_scores *out,
                        char *err, size_t errlen);
+/* Per question: the best exact match (0 or 1) and token F1 (0..1) over its ground truths;
+ * NaN where predictions[i] is NULL. em and f1 hold data->n_questions values. */
+int mpx_squad_score_each(const mpx_squad_dataset *data, const char *const *predictions, double *em, double *f1,
+                         char *err, size_t errlen);
+/* mpx_squad_evaluate that also keeps the per-question scores (as mpx_squad_score_each). */
+int mpx_squad_evaluate_each(const mpx_squad_dataset *data, const char *const *predictions, mpx_squad_scores *out,
+                            double *em, double *f1, char *err, size_t errlen);
+/* question_scores.csv: "id,exact_match,f1" per question (EM 0/1, F1 0..1), for paired
+ * comparisons of runs on the same questions. Unanswered questions are written as 0 when
+ * unanswered_as_zero, else left out. Written to PATH.tmp, then renamed. */
+int mpx_squad_write_question_scores(const char *path, const mpx_squad_dataset *data, const double *em,
+                                    const double *f1, int unanswered_as_zero, char *err, size_t errlen);
 /* Reads a predictions file ({id: text}) into per-question pointers (NULL where the id is
  * absent; strings owned by *predictions_json, free it with mpx_squad_predictions_json_free). */
 int mpx_squad_read_predictions(const char *path, const mpx_squad_dataset *data, const char ***predictions,

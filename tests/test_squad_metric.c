@@ -165,3 +165,63 @@ Test(squad_metric, python_float_repr)
     mpx_format_double_py(1e-05, b, sizeof b);
     cr_assert_str_eq(b, "1e-05");
 }
+
+/* --per-question: one row per answered question whose EM/F1 averaged over ALL questions
+ * give the official aggregate (metric_expected.json "perturbed_omit", from the official
+ * script), unanswered questions left out, and hand-known rows: an unchanged gold answer
+ * (i % 10 == 9) scores 1/1, "The gold" (i % 10 == 0) scores EM 1 (articles go). */
+Test(squad_metric, per_question_scores, .init = redirect)
+{
+    const char *pp = "build/tests/squad_perturbed_omit.json", *qs = "build/tests/squad_question_scores.csv";
+    char err[256];
+    mpx_squad_dataset d;
+    cr_assert_eq(mpx_squad_load(SQUAD_DEV, &d, err, sizeof err), 0, "%s", err);
+    json_t *o = json_object();
+    for (int32_t i = 0; i < d.n_questions; i++) {
+        if (i % 50 == 3) continue;
+        char *p = perturb(i, d.questions[i].answers[0].text);
+        json_object_set_new(o, d.questions[i].id, json_string(p));
+        free(p);
+    }
+    cr_assert_eq(json_dump_file(o, pp, 0), 0);
+    json_decref(o);
+    char *argv[] = {"squad-eval", SQUAD_DEV, (char *)pp, "--per-question", (char *)qs, NULL};
+    cr_assert_eq(mpx_squad_eval_main(5, argv), 0);
+    json_error_t je;
+    json_t *exp = json_load_file(SQUAD_FIXTURES "metric_expected.json", 0, &je);
+    cr_assert(exp, "%s", je.text);
+    json_t *e = json_object_get(exp, "perturbed_omit");
+    double want_em = json_number_value(json_object_get(e, "exact_match"));
+    double want_f1 = json_number_value(json_object_get(e, "f1"));
+    FILE *f = fopen(qs, "r");
+    cr_assert(f);
+    char line[256];
+    cr_assert(fgets(line, sizeof line, f));
+    cr_assert_str_eq(line, "id,exact_match,f1\n");
+    double em = 0, f1 = 0;
+    int32_t rows = 0, next = 0;
+    while (fgets(line, sizeof line, f)) {
+        char id[128];
+        int e1;
+        double f1v;
+        cr_assert_eq(sscanf(line, "%127[^,],%d,%lf", id, &e1, &f1v), 3, "bad row: %s", line);
+        while (next < d.n_questions && strcmp(d.questions[next].id, id)) {
+            cr_assert_eq(next % 50, 3, "question %d (%s) missing from the per-question file", next, d.questions[next].id);
+            next++;
+        }
+        cr_assert(next < d.n_questions, "unknown or out-of-order id %s", id);
+        if (next % 10 == 9) cr_assert(e1 == 1 && f1v == 1.0, "%s: gold answer scored %d/%g", id, e1, f1v);
+        if (next % 10 == 0) cr_assert_eq(e1, 1, "%s: 'The ' + gold should match exactly", id);
+        cr_assert(f1v >= 0 && f1v <= 1 && (e1 == 0 || f1v == 1.0));
+        em += e1;
+        f1 += f1v;
+        rows++;
+        next++;
+    }
+    fclose(f);
+    cr_assert_eq(rows, d.n_questions - (d.n_questions + 46) / 50);
+    cr_assert(fabs(100.0 * em / d.n_questions - want_em) <= 1e-9, "EM %.12g vs official %.12g", 100.0 * em / d.n_questions, want_em);
+    cr_assert(fabs(100.0 * f1 / d.n_questions - want_f1) <= 1e-6, "F1 %.12g vs official %.12g", 100.0 * f1 / d.n_questions, want_f1);
+    json_decref(exp);
+    mpx_squad_free(&d);
+}

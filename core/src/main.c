@@ -26,8 +26,11 @@ static const char usage[] =
     "         --metric M[,M] [--format md|csv|json]   ± 95% interval over seeds)\n"
     "  diff A B [--tol REL]               config keys, metrics and loss curves that differ between\n"
     "                                     two runs or two sweeps (exit 0 same, 1 different)\n"
+    "  paired RUN... --vs RUN...          B - A in EM/F1 on the same questions, with a seeded\n"
+    "         [--resamples N] [--seed S]  bootstrap interval and each group's seed-to-seed sd\n"
     "  plot RUNS... -o FILE.svg|.png      loss, loss scale and lr against step (gnuplot)\n"
     "  squad-eval DATA.json PRED.json     the official SQuAD v1.1 EM/F1 of a predictions file\n"
+    "             [--per-question OUT.csv]  (and each answered question's EM/F1)\n"
     "  help                               this text\n"
     "\n"
     "options of plugins, check, run and sweep:\n"
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "sweep")) return mpx_cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "matrix")) return mpx_cmd_matrix(argc - 2, argv + 2);
     if (!strcmp(cmd, "diff")) return mpx_cmd_diff(argc - 2, argv + 2);
+    if (!strcmp(cmd, "paired")) return mpx_cmd_paired(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return mpx_cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "squad-eval")) return mpx_squad_eval_main(argc - 1, argv + 1);
     fprintf(stderr, "mpx: unknown command '%s'\n\n%s", cmd, usage);

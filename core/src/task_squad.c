@@ -165,6 +165,7 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
     void *dev32 = mpx_session_alloc(s, MPX_ROLE_SCRATCH, (size_t)t->max_batch * row_len * 4, "eval logits");
     int rc = -1;
     mpx_squad_predictions *pred = NULL;
+    double *q_em = NULL, *q_f1 = NULL;
     if (!start || !end || !tmp || !dev32) { snprintf(err, errlen, "out of memory for the eval logits"); goto out; }
     for (int32_t first = 0; first < fs->n_features; first += (int32_t)d->eval_batch) {
         int rows = (int)(fs->n_features - first < d->eval_batch ? fs->n_features - first : d->eval_batch);
@@ -190,7 +191,12 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
     mpx_squad_postprocess_config pc = { (int32_t)d->n_best, (int32_t)d->max_answer };
     if (mpx_squad_postprocess(fs, start, end, (int32_t)row_len, &pc, &pred, err, errlen)) goto out;
     mpx_squad_scores sc;
-    if (mpx_squad_evaluate(&d->dev, (const char *const *)pred->text, &sc, err, errlen)) goto out;
+    size_t nq = d->dev.n_questions > 0 ? (size_t)d->dev.n_questions : 1;
+    if (!(q_em = malloc(nq * sizeof *q_em)) || !(q_f1 = malloc(nq * sizeof *q_f1))) {
+        snprintf(err, errlen, "out of memory for the per-question scores");
+        goto out;
+    }
+    if (mpx_squad_evaluate_each(&d->dev, (const char *const *)pred->text, &sc, q_em, q_f1, err, errlen)) goto out;
     json_object_set_new(metrics, "exact_match", json_real(sc.exact_match));
     json_object_set_new(metrics, "f1", json_real(sc.f1));
     json_object_set_new(metrics, "eval_questions", json_integer(sc.n_questions));
@@ -202,6 +208,9 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
         snprintf(p1, sizeof p1, "%s/predictions.json", dir);
         snprintf(p2, sizeof p2, "%s/nbest_predictions.json", dir);
         if (mpx_squad_predictions_write(pred, &d->dev, t1, t2, err, errlen)) goto out;
+        snprintf(p1, sizeof p1, "%s/question_scores.csv", dir);
+        if (mpx_squad_write_question_scores(p1, &d->dev, q_em, q_f1, 1, err, errlen)) goto out;
+        snprintf(p1, sizeof p1, "%s/predictions.json", dir);
         if (rename(t1, p1) || rename(t2, p2)) {
             snprintf(err, errlen, "cannot rename the predictions into %.2000s", dir);
             goto out;
@@ -210,6 +219,8 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
     rc = 0;
 out:
     if (pred) mpx_squad_predictions_free(pred);
+    free(q_em);
+    free(q_f1);
     if (dev32) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, dev32);
     free(start);
     free(end);

@@ -1,0 +1,242 @@
+#include "paired.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* numpy.percentile(v, 100 q), method "linear", of sorted v. */
+static double quantile_sorted(const double *v, size_t n, double q)
+{
+    double pos = q * (double)(n - 1);
+    size_t i = (size_t)floor(pos);
+    if (i + 1 >= n) return v[n - 1];
+    double frac = pos - (double)i;
+    return v[i] + frac * (v[i + 1] - v[i]);
+}
+
+int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t seed, double level,
+                       double *mean, double *lo, double *hi)
+{
+    if (n == 0 || resamples == 0 || !(level > 0 && level < 1)) return -1;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    *mean = sum / (double)n;
+    double *means = malloc(resamples * sizeof *means);
+    if (!means) return -1;
+    uint64_t state = seed;
+    for (size_t r = 0; r < resamples; r++) {
+        double s = 0;
+        for (size_t k = 0; k < n; k++) {
+            uint64_t x = splitmix64(&state);
+            s += v[(size_t)(((unsigned __int128)x * n) >> 64)];
+        }
+        means[r] = s / (double)n;
+    }
+    qsort(means, resamples, sizeof *means, cmp_double);
+    *lo = quantile_sorted(means, resamples, (1 - level) / 2);
+    *hi = quantile_sorted(means, resamples, (1 + level) / 2);
+    free(means);
+    return 0;
+}
+
+typedef struct scores {
+    size_t n, cap;
+    char **id;
+    double *em, *f1;
+} scores;
+
+static void scores_free(scores *s)
+{
+    for (size_t i = 0; i < s->n; i++) free(s->id[i]);
+    free(s->id);
+    free(s->em);
+    free(s->f1);
+    memset(s, 0, sizeof *s);
+}
+
+static int scores_push(scores *s, const char *id, double em, double f1)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        char **i2 = realloc(s->id, cap * sizeof *i2);
+        if (i2) s->id = i2;
+        double *e2 = realloc(s->em, cap * sizeof *e2);
+        if (e2) s->em = e2;
+        double *f2 = realloc(s->f1, cap * sizeof *f2);
+        if (f2) s->f1 = f2;
+        if (!i2 || !e2 || !f2) return -1;
+        s->cap = cap;
+    }
+    if (!(s->id[s->n] = strdup(id))) return -1;
+    s->em[s->n] = em;
+    s->f1[s->n] = f1;
+    s->n++;
+    return 0;
+}
+
+static int scores_read(const char *dir, scores *s, char *err, size_t errlen)
+{
+    char path[4200], line[512];
+    snprintf(path, sizeof path, "%s/question_scores.csv", dir);
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%.2000s: %s (runs evaluated on SQuAD write it; `mpx squad-eval DATA PRED "
+                 "--per-question FILE` makes it from predictions.json)", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0, lineno = 1;
+    if (!fgets(line, sizeof line, f) || strcmp(line, "id,exact_match,f1\n")) {
+        snprintf(err, errlen, "%.2000s:1: expected the header 'id,exact_match,f1'", path);
+        rc = -1;
+    }
+    while (!rc && fgets(line, sizeof line, f)) {
+        lineno++;
+        char id[256];
+        double em, f1;
+        char tail;
+        if (sscanf(line, "%255[^,],%lf,%lf%c", id, &em, &f1, &tail) != 4 || tail != '\n' ||
+            !(em == 0 || em == 1) || !(f1 >= 0 && f1 <= 1)) {
+            snprintf(err, errlen, "%.2000s:%d: expected 'id,EM (0 or 1),F1 (0..1)'", path, lineno);
+            rc = -1;
+        } else if (scores_push(s, id, em, f1)) {
+            snprintf(err, errlen, "%.2000s: out of memory", path);
+            rc = -1;
+        }
+    }
+    fclose(f);
+    if (!rc && s->n == 0) {
+        snprintf(err, errlen, "%.2000s: no questions", path);
+        rc = -1;
+    }
+    if (rc) scores_free(s);
+    return rc;
+}
+
+/* Adds the runs' scores question by question into em/f1 (sums), checking their question
+ * lists against ref's. */
+typedef struct run_means { size_t n; double em[64], f1[64]; } run_means;
+
+static void note_run(run_means *rm, const double *em, const double *f1, size_t n)
+{
+    if (rm->n >= 64) return;
+    double se = 0, sf = 0;
+    for (size_t i = 0; i < n; i++) se += em[i], sf += f1[i];
+    rm->em[rm->n] = 100.0 * se / (double)n;
+    rm->f1[rm->n++] = 100.0 * sf / (double)n;
+}
+
+static double sample_sd(const double *v, size_t n)
+{
+    if (n < 2) return NAN;
+    double m = 0, ss = 0;
+    for (size_t i = 0; i < n; i++) m += v[i] / (double)n;
+    for (size_t i = 0; i < n; i++) ss += (v[i] - m) * (v[i] - m);
+    return sqrt(ss / (double)(n - 1));
+}
+
+static int add_group(const char *const *dirs, size_t n, const char *ref_dir, const scores *ref, double *em,
+                     double *f1, run_means *rm, char *err, size_t errlen)
+{
+    for (size_t r = 0; r < n; r++) {
+        scores s;
+        if (scores_read(dirs[r], &s, err, errlen)) return -1;
+        size_t i = 0;
+        while (i < s.n && i < ref->n && !strcmp(s.id[i], ref->id[i])) i++;
+        if (i < s.n || i < ref->n) {
+            snprintf(err, errlen, "%.1500s/question_scores.csv: question %zu is %s, but %.1500s has %s: paired "
+                     "comparisons need the same questions in the same order", dirs[r], i + 1,
+                     i < s.n ? s.id[i] : "(none)", ref_dir, i < ref->n ? ref->id[i] : "(none)");
+            scores_free(&s);
+            return -1;
+        }
+        for (size_t k = 0; k < ref->n; k++) {
+            em[k] += s.em[k];
+            f1[k] += s.f1[k];
+        }
+        note_run(rm, s.em, s.f1, s.n);
+        scores_free(&s);
+    }
+    return 0;
+}
+
+static int metric_of(const double *a, const double *b, size_t n, double na, double nb, size_t resamples,
+                     uint64_t seed, mpx_paired_metric *m)
+{
+    double *d = malloc(n * sizeof *d);
+    if (!d) return -1;
+    double sa = 0, sb = 0;
+    for (size_t i = 0; i < n; i++) {
+        sa += a[i] / na;
+        sb += b[i] / nb;
+        d[i] = 100.0 * (b[i] / nb - a[i] / na);
+    }
+    m->a = 100.0 * sa / (double)n;
+    m->b = 100.0 * sb / (double)n;
+    int rc = mpx_bootstrap_mean(d, n, resamples, seed, 0.95, &m->diff, &m->lo, &m->hi);
+    free(d);
+    return rc;
+}
+
+int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, size_t n_b,
+                       size_t resamples, uint64_t seed, mpx_paired_result *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!n_a || !n_b) {
+        snprintf(err, errlen, "a paired comparison needs at least one run on each side");
+        return -1;
+    }
+    scores ref = { 0 };
+    if (scores_read(a[0], &ref, err, errlen)) return -1;
+    size_t n = ref.n;
+    double *ea = calloc(n, sizeof *ea), *fa = calloc(n, sizeof *fa);
+    double *eb = calloc(n, sizeof *eb), *fb = calloc(n, sizeof *fb);
+    int rc = -1;
+    if (!ea || !fa || !eb || !fb) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    /* ref holds a[0]'s scores: the others are added against its question list */
+    run_means ra = { 0 }, rb = { 0 };
+    for (size_t i = 0; i < n; i++) ea[i] = ref.em[i], fa[i] = ref.f1[i];
+    note_run(&ra, ref.em, ref.f1, n);
+    if (add_group(a + 1, n_a - 1, a[0], &ref, ea, fa, &ra, err, errlen) ||
+        add_group(b, n_b, a[0], &ref, eb, fb, &rb, err, errlen))
+        goto done;
+    out->sd_em_a = sample_sd(ra.em, ra.n);
+    out->sd_f1_a = sample_sd(ra.f1, ra.n);
+    out->sd_em_b = sample_sd(rb.em, rb.n);
+    out->sd_f1_b = sample_sd(rb.f1, rb.n);
+    out->n_questions = n;
+    out->n_a = n_a;
+    out->n_b = n_b;
+    if (metric_of(ea, eb, n, (double)n_a, (double)n_b, resamples, seed, &out->em) ||
+        metric_of(fa, fb, n, (double)n_a, (double)n_b, resamples, seed, &out->f1)) {
+        snprintf(err, errlen, "bootstrap failed (out of memory?)");
+        goto done;
+    }
+    rc = 0;
+done:
+    free(ea);
+    free(fa);
+    free(eb);
+    free(fb);
+    scores_free(&ref);
+    return rc;
+}

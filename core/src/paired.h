@@ -1,0 +1,43 @@
+/* Paired comparison of runs on the same questions: per-question scores
+ * (question_scores.csv, written by every SQuAD evaluation) of group A and group B, each
+ * group averaged over its runs (seeds) question by question, then the mean of B − A with
+ * a percentile bootstrap interval over questions. The resampling is reproducible and
+ * documented so that an independent script can repeat it exactly
+ * (tests/fixtures/paired/make_paired_fixture.py):
+ *   x <- splitmix64(state)  (state starts at the seed; Vigna's constants)
+ *   index = (x * n) >> 64   (128-bit product)
+ * n draws per resample, the resample means sorted, the interval's ends at
+ * (1 ± level)/2 by linear interpolation between order statistics (numpy's default). */
+#ifndef MPX_PAIRED_H
+#define MPX_PAIRED_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct mpx_paired_metric {
+    double a, b;           /* group means, percent */
+    double diff, lo, hi;   /* mean of B − A and its interval, points */
+} mpx_paired_metric;
+
+typedef struct mpx_paired_result {
+    size_t n_questions, n_a, n_b;  /* questions, runs in each group */
+    mpx_paired_metric em, f1;
+    /* seed-to-seed spread: the sample sd of the runs' own EM / F1 within each group (NaN
+     * for a group of one run), the scale a paired difference should be read against */
+    double sd_em_a, sd_em_b, sd_f1_a, sd_f1_b;
+} mpx_paired_result;
+
+/* The mean of v and the bootstrap interval of the mean at `level` (0.95). */
+int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t seed, double level,
+                       double *mean, double *lo, double *hi);
+
+/* a and b: run folders holding question_scores.csv, all on the same questions in the same
+ * order (else an error naming the file and the first differing question). */
+int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, size_t n_b,
+                       size_t resamples, uint64_t seed, mpx_paired_result *out, char *err, size_t errlen);
+
+/* The result as a Markdown table (cmd_paired.c; mpx matrix --paired uses it too). */
+void mpx_paired_print_md(const mpx_paired_result *r, const char *a_label, const char *b_label, FILE *f);
+
+#endif

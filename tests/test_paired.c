@@ -1,0 +1,87 @@
+/* Paired bootstrap of two groups of runs on the same questions against an independent
+ * reference: tests/fixtures/paired/expected.json, computed by make_paired_fixture.py with
+ * numpy over the documented resampling rule (core/src/paired.h); the CLI's errors for
+ * mismatched question lists and missing files; mpx matrix --paired. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/src/paired.h"
+#include "support/shell.h"
+
+#define FIX "tests/fixtures/paired/"
+
+TestSuite(paired, .timeout = 120);
+
+static void check_metric(json_t *want, const char *name, const mpx_paired_metric *m, double sda, double sdb)
+{
+    json_t *w = json_object_get(want, name);
+    cr_assert(w, "expected.json has no %s", name);
+    const char *keys[] = { "a", "b", "diff", "lo", "hi", "seed_sd_a", "seed_sd_b" };
+    double got[] = { m->a, m->b, m->diff, m->lo, m->hi, sda, sdb };
+    for (int i = 0; i < 7; i++) {
+        double x = json_number_value(json_object_get(w, keys[i]));
+        cr_assert(fabs(got[i] - x) <= 1e-9 * (1 + fabs(x)), "%s.%s: mpx %.15g, numpy %.15g", name, keys[i], got[i], x);
+    }
+}
+
+static void check_case(const char *key, size_t resamples, uint64_t seed)
+{
+    const char *a[] = { FIX "a1", FIX "a2", FIX "a3" }, *b[] = { FIX "b1", FIX "b2" };
+    mpx_paired_result r;
+    char err[4096];
+    cr_assert_eq(mpx_paired_compare(a, 3, b, 2, resamples, seed, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.n_questions, 400);
+    cr_assert_eq(r.n_a, 3);
+    cr_assert_eq(r.n_b, 2);
+    json_t *all = ts_load_json(FIX "expected.json");
+    json_t *want = json_object_get(all, key);
+    cr_assert(want, "expected.json has no %s", key);
+    check_metric(want, "exact_match", &r.em, r.sd_em_a, r.sd_em_b);
+    check_metric(want, "f1", &r.f1, r.sd_f1_a, r.sd_f1_b);
+    /* the interval is the bootstrap's, not a formula: it must hold the mean */
+    cr_assert(r.em.lo < r.em.diff && r.em.diff < r.em.hi);
+    json_decref(all);
+}
+
+Test(paired, equals_numpy_reference_10000_resamples) { check_case("r10000_s1", 10000, 1); }
+Test(paired, equals_numpy_reference_other_seed) { check_case("r2000_s12345", 2000, 12345); }
+
+Test(paired, identical_groups_give_zero)
+{
+    const char *a[] = { FIX "a1" };
+    mpx_paired_result r;
+    char err[4096];
+    cr_assert_eq(mpx_paired_compare(a, 1, a, 1, 1000, 7, &r, err, sizeof err), 0, "%s", err);
+    cr_assert(r.em.diff == 0 && r.em.lo == 0 && r.em.hi == 0 && r.f1.diff == 0);
+    cr_assert(isnan(r.sd_em_a), "one run has no seed-to-seed sd");
+}
+
+Test(paired, cli_refuses_other_questions_and_missing_files)
+{
+    char *dir = ts_tmpdir("paired"), path[PATH_MAX], out[8192];
+    snprintf(path, sizeof path, "%s/x", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && head -n 300 " FIX "a1/question_scores.csv > %s/question_scores.csv",
+                       path, path), 0);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired " FIX "a1 --vs %s 2>&1", path), 2);
+    cr_assert(strstr(out, "question 300 is (none), but tests/fixtures/paired/a1 has q0299"), "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired " FIX "a1 --vs %s/none 2>&1", dir), 2);
+    cr_assert(strstr(out, "none/question_scores.csv: No such file"), "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired " FIX "a1 " FIX "a2 " FIX "a3 --vs " FIX "b1 "
+                       FIX "b2 --format json"), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s: %s", je.text, out);
+    json_t *all = ts_load_json(FIX "expected.json");
+    double want = json_number_value(json_object_get(json_object_get(json_object_get(all, "r10000_s1"), "f1"), "lo"));
+    double got = json_number_value(json_object_get(json_object_get(j, "f1"), "lo"));
+    cr_assert(fabs(got - want) <= 1e-9 * (1 + fabs(want)), "CLI f1.lo %.15g vs numpy %.15g", got, want);
+    json_decref(j);
+    json_decref(all);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}
