@@ -85,3 +85,54 @@ Test(paired, cli_refuses_other_questions_and_missing_files)
     ts_sh(NULL, 0, "rm -rf %s", dir);
     free(dir);
 }
+
+/* DIR/NAME: a finished run of policy prec with the fixture's question scores of `from`. */
+static void put_run(const char *dir, const char *name, const char *prec, int seed, const char *from)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && cp " FIX "%s/question_scores.csv %s/", path, from, path), 0);
+    json_t *j = json_pack("{s:s, s:{s:{s:{s:s, s:i}, s:{s:s}}}, s:{s:f}}", "status", "finished", "config",
+                          "effective", "run", "name", "m", "seed", seed, "precision", "plugin", prec,
+                          "metrics", "exact_match", 1.0);
+    strcat(path, "/run.json");
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+/* mpx matrix --paired: rows averaged over their seeds per question, against the base row;
+ * the same numbers as the numpy reference for groups a1..a3 vs b1..b2. */
+Test(paired, matrix_paired_rows)
+{
+    char *dir = ts_tmpdir("paired-matrix"), out[16384];
+    put_run(dir, "fp32_1", "fp32", 1, "a1");
+    put_run(dir, "fp32_2", "fp32", 2, "a2");
+    put_run(dir, "fp32_3", "fp32", 3, "a3");
+    put_run(dir, "bf16_1", "bf16-master", 1, "b1");
+    put_run(dir, "bf16_2", "bf16-master", 2, "b2");
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric exact_match "
+                       "--paired fp32", dir), 0, "%s", out);
+    json_t *all = ts_load_json(FIX "expected.json");
+    json_t *c = json_object_get(all, "r10000_s1");
+    json_t *em = json_object_get(c, "exact_match"), *f1 = json_object_get(c, "f1");
+    const char *row = strstr(out, "| bf16-master | 400 | ");
+    cr_assert(row, "no bf16-master row of 400 questions in\n%s", out);
+    double v[6], sda, sdb;
+    int na, nb;
+    cr_assert_eq(sscanf(row, "| bf16-master | 400 | %lf [%lf, %lf] | %lf [%lf, %lf] | %d / %d | %lf / %lf |", &v[0],
+                        &v[1], &v[2], &v[3], &v[4], &v[5], &na, &nb, &sda, &sdb), 10, "%s", row);
+    const char *keys[] = { "diff", "lo", "hi" };
+    for (int i = 0; i < 6; i++) {
+        double w = json_number_value(json_object_get(i < 3 ? em : f1, keys[i % 3]));
+        cr_assert(fabs(v[i] - w) <= 0.0051, "column %d: %.2f vs numpy %.6f", i, v[i], w);
+    }
+    cr_assert(na == 3 && nb == 2);
+    cr_assert(fabs(sda - json_number_value(json_object_get(em, "seed_sd_a"))) <= 0.0051);
+    cr_assert(fabs(sdb - json_number_value(json_object_get(em, "seed_sd_b"))) <= 0.0051);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric exact_match "
+                       "--paired fp64 2>&1", dir), 2);
+    cr_assert(strstr(out, "--paired fp64: no row has precision.plugin = fp64"), "%s", out);
+    json_decref(all);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}

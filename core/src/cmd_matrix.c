@@ -1,9 +1,13 @@
-/* mpx matrix DIR --rows KEY [--cols KEY] --metric M[,M...] [--format md|csv|json] */
+/* mpx matrix DIR --rows KEY [--cols KEY] --metric M[,M...] [--format md|csv|json]
+ *            [--paired ROW [--resamples N]] */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "matrix.h"
+#include "paired.h"
 
 static const char matrix_usage[] =
     "usage: mpx matrix DIR --rows KEY [--cols KEY] --metric M[,M...] [--format md|csv|json]\n"
@@ -13,16 +17,89 @@ static const char matrix_usage[] =
     "  \"metrics\" (final_loss, exact_match, f1, skipped_steps) or a dotted path into run.json\n"
     "  (memory.bytes_per_param). Runs differing only by run.seed share a cell: mean ±\n"
     "  t(0.975, n-1)·s/√n and n. Skipped and failed runs show as such, with their reason.\n"
+    "  --paired ROW: then a second table, each row against the row whose --rows value is ROW\n"
+    "  on the same questions (question_scores.csv; see `mpx paired`): the mean difference in\n"
+    "  EM and F1 points with a 95% bootstrap interval (--resamples N, default 10000; seed 1),\n"
+    "  each row's seeds averaged per question, and the seed-to-seed sd beside it.\n"
     "  Exit 0, or 2 on errors.\n";
+
+/* A row or column value as the tables show it: strings without their quotes. */
+static void value_text(json_t *v, char *buf, size_t n)
+{
+    if (json_is_string(v)) { snprintf(buf, n, "%s", json_string_value(v)); return; }
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    snprintf(buf, n, "%s", t ? t : "?");
+    free(t);
+}
+
+/* The finished runs' folders of one cell (malloc'd array, *n of them). */
+static const char **finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c, size_t *n)
+{
+    const char **d = calloc(c->n_runs + 1, sizeof *d);
+    *n = 0;
+    for (size_t i = 0; d && i < c->n_runs; i++)
+        if (!strcmp(m->runs[c->runs[i]].status, "finished")) d[(*n)++] = m->runs[c->runs[i]].dir;
+    return d;
+}
+
+static int paired_table(const mpx_matrix *m, const char *base, size_t resamples, FILE *f)
+{
+    size_t nr = json_array_size(m->rows), nc = json_array_size(m->cols), b = nr;
+    char text[256], col[256];
+    for (size_t r = 0; r < nr && b == nr; r++) {
+        value_text(json_array_get(m->rows, r), text, sizeof text);
+        if (!strcmp(text, base)) b = r;
+    }
+    if (b == nr) {
+        fprintf(stderr, "mpx matrix: --paired %s: no row has %s = %s\n", base, m->row_key, base);
+        return -1;
+    }
+    fprintf(f, "\npaired against %s = %s on the same questions (bootstrap %zu resamples, seed 1; "
+               "points, B − A)\n\n", m->row_key, base, resamples);
+    fprintf(f, "| %s%s%s | questions | Δ exact_match [95%%] | Δ f1 [95%%] | runs base / row | seed sd EM base / row |\n",
+            m->row_key, m->col_key ? " / " : "", m->col_key ? m->col_key : "");
+    fputs("|---|---|---|---|---|---|\n", f);
+    for (size_t c = 0; c < nc; c++) {
+        size_t na;
+        const char **a = finished_dirs(m, &m->cells[b * nc + c], &na);
+        value_text(json_array_get(m->cols, c), col, sizeof col);
+        for (size_t r = 0; a && r < nr; r++) {
+            if (r == b) continue;
+            size_t nb;
+            const char **bd = finished_dirs(m, &m->cells[r * nc + c], &nb);
+            value_text(json_array_get(m->rows, r), text, sizeof text);
+            fprintf(f, "| %s%s%s | ", text, m->col_key ? " / " : "", m->col_key ? col : "");
+            mpx_paired_result pr;
+            char err[4096];
+            if (!na || !nb) {
+                fprintf(f, "- | no finished runs to pair | | %zu / %zu | |\n", na, nb);
+            } else if (mpx_paired_compare(a, na, bd, nb, resamples, 1, &pr, err, sizeof err)) {
+                fprintf(f, "- | %s | | %zu / %zu | |\n", err, na, nb);
+            } else {
+                char sa[32] = "-", sb[32] = "-";
+                if (!isnan(pr.sd_em_a)) snprintf(sa, sizeof sa, "%.2f", pr.sd_em_a);
+                if (!isnan(pr.sd_em_b)) snprintf(sb, sizeof sb, "%.2f", pr.sd_em_b);
+                fprintf(f, "%zu | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] | %zu / %zu | %s / %s |\n",
+                        pr.n_questions, pr.em.diff, pr.em.lo, pr.em.hi, pr.f1.diff, pr.f1.lo, pr.f1.hi, na, nb,
+                        sa, sb);
+            }
+            free(bd);
+        }
+        free(a);
+    }
+    return 0;
+}
 
 int mpx_cmd_matrix(int argc, char **argv)
 {
-    const char *dir = NULL, *rows = NULL, *cols = NULL, *metric = NULL, *format = "md";
+    const char *dir = NULL, *rows = NULL, *cols = NULL, *metric = NULL, *format = "md", *paired = NULL;
+    const char *resamples_text = "10000";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **slot = !strcmp(a, "--rows") ? &rows : !strcmp(a, "--cols") ? &cols
                           : !strcmp(a, "--metric") || !strcmp(a, "--metrics") ? &metric
-                          : !strcmp(a, "--format") ? &format : NULL;
+                          : !strcmp(a, "--format") ? &format : !strcmp(a, "--paired") ? &paired
+                          : !strcmp(a, "--resamples") ? &resamples_text : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(matrix_usage, stdout); return 0; }
         if (slot && i + 1 < argc) { *slot = argv[++i]; continue; }
         if (slot || a[0] == '-' || dir) {
@@ -40,6 +117,16 @@ int mpx_cmd_matrix(int argc, char **argv)
         fprintf(stderr, "mpx matrix: --format %s: one of md, csv, json\n", format);
         return 2;
     }
+    char *end;
+    unsigned long long resamples = strtoull(resamples_text, &end, 10);
+    if (*end || end == resamples_text || resamples < 1 || resamples > 10000000) {
+        fprintf(stderr, "mpx matrix: --resamples %s: an integer from 1 to 10000000\n", resamples_text);
+        return 2;
+    }
+    if (paired && strcmp(format, "md")) {
+        fprintf(stderr, "mpx matrix: --paired prints Markdown only (drop --format %s)\n", format);
+        return 2;
+    }
     mpx_matrix m;
     char err[8192];
     if (mpx_matrix_build(&m, dir, rows, cols, metric, err, sizeof err)) {
@@ -48,6 +135,10 @@ int mpx_cmd_matrix(int argc, char **argv)
         return 2;
     }
     int rc = mpx_matrix_render(&m, format, stdout);
+    if (!rc && paired && paired_table(&m, paired, (size_t)resamples, stdout)) {
+        mpx_matrix_free(&m);
+        return 2;
+    }
     mpx_matrix_free(&m);
     if (rc || fflush(stdout)) {
         fprintf(stderr, "mpx matrix: cannot write the table\n");
