@@ -174,3 +174,20 @@ Test(loader, mpx_plugins_name_prints_options)
     out = run_capture("build/bin/mpx plugins model/toy 2>&1");
     cr_expect(strstr(out, "hidden") && strstr(out, "int"), "%s", out);
 }
+
+/* --compat: every installed pair through the checks of `mpx check`; the test plugin's
+ * declared incompatibility (precision/incompat-test with optimizer/sgd) is the one "no",
+ * with its reason, and the same pair passes `mpx check`'s refusal too. */
+Test(loader, mpx_plugins_compat_is_generated_from_declarations)
+{
+    const char *plugins[] = { "incompat_precision" };
+    char *d = folder_with(plugins, 1);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx plugins --compat --plugin-dir %s 2>&1", d);
+    const char *out = run_capture(cmd);
+    cr_expect(strstr(out, "| incompat-test | ok | ok | ok | no [1] |"), "%s", out);
+    cr_expect(strstr(out, "[1] precision/incompat-test + optimizer/sgd: precision/incompat-test cannot be combined "
+                          "with optimizer/sgd: test plugin: momentum SGD is declared unsupported"), "%s", out);
+    cr_expect(strstr(out, "| fp32 | ok | ok | ok | ok |"), "%s", out);
+    cr_expect(strstr(out, "incompatible pair"), "%s", out);
+}

@@ -3,12 +3,15 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compat.h"
 #include "session.h"
 
 static const char plugins_usage[] =
-    "usage: mpx plugins [--plugin-dir DIR]... [NAME | KIND/NAME]\n"
+    "usage: mpx plugins [--plugin-dir DIR]... [NAME | KIND/NAME | --compat]\n"
     "  without NAME: every plugin found, with load errors and shadowing\n"
-    "  with NAME: that plugin's options (key, type, default, range or choices, help)\n";
+    "  with NAME: that plugin's options (key, type, default, range or choices, help)\n"
+    "  --compat: which installed plugins combine, a table per pair of kinds, from the\n"
+    "  plugins' own declarations (the checks of `mpx check`); exit 0\n";
 
 static const char *type_name(mpx_opt_type t)
 {
@@ -66,6 +69,14 @@ static void show_one(const mpx_plugin_rec *p)
 
 int mpx_cmd_plugins(int argc, char **argv)
 {
+    int compat = 0;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--compat")) {
+            compat = 1;
+            memmove(argv + i, argv + i + 1, (size_t)(argc - i - 1) * sizeof *argv);
+            argc--;
+            break;
+        }
     mpx_cli c;
     int rc = mpx_cli_parse(&c, argc, argv, plugins_usage);
     if (rc) return rc == 1 ? 0 : rc;
@@ -73,6 +84,12 @@ int mpx_cmd_plugins(int argc, char **argv)
     if (mpx_session_open(&s, c.plugin_dirs, c.n_plugin_dirs)) {
         fprintf(stderr, "mpx: cannot scan plugin folders\n");
         return 1;
+    }
+    if (compat) {
+        rc = c.n_positional ? 2 : mpx_compat_print(&s, stdout) ? 1 : 0;
+        if (c.n_positional) fprintf(stderr, "mpx plugins: --compat takes no NAME\n");
+        mpx_session_close(&s);
+        return rc;
     }
     if (c.n_positional == 0) {
         list_all(&s.reg);

@@ -43,6 +43,15 @@ int mpx_session_configure(mpx_session *s, const char *path, const char *const *o
     return 0;
 }
 
+void mpx_session_unconfigure(mpx_session *s)
+{
+    if (s->cfg) mpx_config_free(s->cfg);
+    free(s->src_keep);
+    s->cfg = NULL;
+    s->src_keep = NULL;
+    memset(s->inst, 0, sizeof s->inst);
+}
+
 static const char *const kind_group[MPX_KIND_COUNT] = {
     [MPX_KIND_PRECISION] = "precision", [MPX_KIND_OPTIMIZER] = "optimizer",
     [MPX_KIND_ZERO] = "zero", [MPX_KIND_MODEL] = "model",

@@ -67,6 +67,10 @@ int mpx_session_open(mpx_session *s, const char *const *cli_dirs, size_t n_cli);
 int mpx_session_configure(mpx_session *s, const char *path, const char *const *overrides,
                           size_t n_overrides, char *err, size_t errlen);
 
+/* Forget the configuration (and the selected plugins) but keep the scanned registry, so
+ * that another configuration can be checked (mpx sweep's planner, mpx plugins --compat). */
+void mpx_session_unconfigure(mpx_session *s);
+
 /* Check the selected plugins exist and may be combined (declared incompatibilities and
  * check callbacks). Returns 0, or non-zero with every reason in err. */
 int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen);

@@ -99,16 +99,6 @@ static void missing_plugins(const mpx_config *raw, const mpx_session *s, char *w
     }
 }
 
-/* Forget one cell's configuration but keep the scanned registry. */
-static void unconfigure(mpx_session *s)
-{
-    if (s->cfg) mpx_config_free(s->cfg);
-    free(s->src_keep);
-    s->cfg = NULL;
-    s->src_keep = NULL;
-    memset(s->inst, 0, sizeof s->inst);
-}
-
 /* Multi-line reasons become one line: they go into tables and listings. */
 static void one_line(char *s, size_t cap)
 {
@@ -149,13 +139,13 @@ static void classify(const mpx_sweep *sw, mpx_session *s, mpx_sweep_cell *c, cha
     if (mpx_session_configure(s, sw->base, ov, c->n_overrides, c->why, sizeof c->why)) {
         c->plan = MPX_PLAN_BAD;
         hash_request(sw, c, c->id);
-        unconfigure(s);
+        mpx_session_unconfigure(s);
         return;
     }
     c->plan = mpx_session_check_compat(s, c->why, sizeof c->why) ? MPX_PLAN_SKIP : MPX_PLAN_RUN;
     c->effective = mpx_config_to_json(s->cfg);
     hash_config(s->cfg, c->id);
-    unconfigure(s);
+    mpx_session_unconfigure(s);
 }
 
 int mpx_sweep_plan(const mpx_sweep *sw, mpx_session *s, const char *const *user_ov, size_t n_user,

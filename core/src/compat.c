@@ -1,0 +1,64 @@
+/* mpx plugins --compat: the compatibility of every installed plugin pair, from the
+ * plugins' own declarations — each pair is configured and put through the same check
+ * `mpx check` and `mpx sweep` use (incompatibility tables and check callbacks), with
+ * every other kind at its default. Nothing here is written by hand. */
+#include "compat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether KIND_A/a with KIND_B/b passes; the reasons in why otherwise. */
+static int pair_ok(mpx_session *s, int ka, const char *a, int kb, const char *b, char *why, size_t len)
+{
+    char o1[256], o2[256];
+    snprintf(o1, sizeof o1, "%s.plugin=\"%s\"", mpx_kind_name((mpx_kind)ka), a);
+    snprintf(o2, sizeof o2, "%s.plugin=\"%s\"", mpx_kind_name((mpx_kind)kb), b);
+    const char *ov[2] = { o1, o2 };
+    why[0] = 0;
+    int ok = mpx_session_configure(s, "/dev/null", ov, 2, why, len) == 0 && mpx_session_check_compat(s, why, len) == 0;
+    mpx_session_unconfigure(s);
+    for (char *p = why; *p; p++) if (*p == '\n' || *p == '|') *p = *p == '|' ? '/' : ' ';
+    return ok;
+}
+
+int mpx_compat_print(mpx_session *s, FILE *f)
+{
+    int n_bad = 0;
+    fputs("Compatibility of every installed plugin pair (mpx plugins --compat): each pair selected\n"
+          "together, every other kind at its default, through the checks of `mpx check`.\n", f);
+    for (int ka = 0; ka < MPX_KIND_COUNT; ka++) {
+        for (int kb = ka + 1; kb < MPX_KIND_COUNT; kb++) {
+            size_t na = mpx_registry_count(&s->reg, (mpx_kind)ka), nb = mpx_registry_count(&s->reg, (mpx_kind)kb);
+            if (!na || !nb) continue;
+            fprintf(f, "\n| %s \\ %s |", mpx_kind_name((mpx_kind)ka), mpx_kind_name((mpx_kind)kb));
+            for (size_t j = 0; j < nb; j++) fprintf(f, " %s |", mpx_registry_get(&s->reg, (mpx_kind)kb, j)->desc.name);
+            fputs("\n|---|", f);
+            for (size_t j = 0; j < nb; j++) fputs("---|", f);
+            fputc('\n', f);
+            char notes[16384] = "";
+            int n_notes = 0;
+            for (size_t i = 0; i < na; i++) {
+                const char *a = mpx_registry_get(&s->reg, (mpx_kind)ka, i)->desc.name;
+                fprintf(f, "| %s |", a);
+                for (size_t j = 0; j < nb; j++) {
+                    const char *b = mpx_registry_get(&s->reg, (mpx_kind)kb, j)->desc.name;
+                    char why[2048];
+                    if (pair_ok(s, ka, a, kb, b, why, sizeof why)) {
+                        fputs(" ok |", f);
+                        continue;
+                    }
+                    n_bad++;
+                    fprintf(f, " no [%d] |", ++n_notes);
+                    size_t used = strlen(notes);
+                    snprintf(notes + used, sizeof notes - used, "[%d] %s/%s + %s/%s: %s\n", n_notes,
+                             mpx_kind_name((mpx_kind)ka), a, mpx_kind_name((mpx_kind)kb), b, why);
+                }
+                fputc('\n', f);
+            }
+            if (n_notes) fprintf(f, "\n%s", notes);
+        }
+    }
+    fprintf(f, "\n%d incompatible pair%s.\n", n_bad, n_bad == 1 ? "" : "s");
+    return ferror(f) ? -1 : 0;
+}
