@@ -227,3 +227,74 @@ Test(decay, list_replaces_defaults_and_reports_unmatched)
     const char *const empty[] = { "" };
     cr_assert_eq(mpx_decay_flags(bert_names, bias_only, 8, empty, 1, nd, NULL), -1);
 }
+
+/* The summary bisects between breakpoints instead of walking every step (issue 15: a
+ * huge train.epochs made `mpx check` run for ever): the walk, written out here, is the
+ * reference over a grid of schedules and step counts around their breakpoints. */
+static mpx_schedule_summary walk(const mpx_schedule *s, int64_t n)
+{
+    mpx_schedule_summary w = { .n_steps = n, .first_negative_step = -1 };
+    w.first_lr = w.peak_lr = mpx_schedule_lr(s, 0);
+    for (int64_t k = 0; k < n; k++) {
+        double lr = mpx_schedule_lr(s, k);
+        if (lr > w.peak_lr) { w.peak_lr = lr; w.peak_step = k; }
+        if (lr < 0.0) {
+            if (w.first_negative_step < 0) { w.first_negative_step = k; w.first_negative_lr = lr; }
+            w.n_negative++;
+        }
+        w.last_lr = lr;
+    }
+    return w;
+}
+
+static void expect_summary_is_the_walk(const mpx_schedule *s, int64_t n, const char *what)
+{
+    mpx_schedule_summary got, want = walk(s, n);
+    cr_assert_eq(mpx_schedule_summarize(s, n, &got), 0);
+    cr_expect(got.first_lr == want.first_lr && got.peak_lr == want.peak_lr && got.peak_step == want.peak_step &&
+              got.first_negative_step == want.first_negative_step && got.first_negative_lr == want.first_negative_lr &&
+              got.n_negative == want.n_negative && got.last_lr == want.last_lr,
+              "%s over %lld steps: peak %g at %lld (walk %g at %lld), first negative %lld (walk %lld), "
+              "%lld negative (walk %lld)", what, (long long)n, got.peak_lr, (long long)got.peak_step, want.peak_lr,
+              (long long)want.peak_step, (long long)got.first_negative_step, (long long)want.first_negative_step,
+              (long long)got.n_negative, (long long)want.n_negative);
+}
+
+Test(schedule, summary_without_walking_equals_the_walk)
+{
+    static const int64_t ns[] = { 1, 2, 3, 7, 99, 100, 101, 1000, 1001, 1500, 2999 };
+    static const double props[] = { 0.0, 0.1, 0.333, 0.5, 1.0 };
+    static const int64_t warm[] = { 0, 1, 2, 3, 100, 999, 5000 };
+    static const double mins[] = { 0.0, 2e-3 }; /* 2e-3 > max: a "warm-up" that falls */
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        int64_t n = ns[i];
+        mpx_schedule c = make("constant", (mpx_schedule_params){ .base_lr = 3e-5 });
+        expect_summary_is_the_walk(&c, n, "constant");
+        for (size_t j = 0; j < sizeof props / sizeof *props; j++)
+            for (int64_t total = 1; total <= 2000; total += 666) {
+                mpx_schedule s = make("warmup_linear", (mpx_schedule_params){
+                    .base_lr = 1e-4, .total_steps = total, .warmup_proportion = props[j] });
+                expect_summary_is_the_walk(&s, n, "warmup_linear");
+            }
+        for (size_t j = 0; j < sizeof warm / sizeof *warm; j++)
+            for (size_t m = 0; m < 2; m++)
+                for (int lin = 0; lin < 2; lin++) {
+                    mpx_schedule_params p = { .warmup_min_lr = mins[m], .warmup_max_lr = 1e-3,
+                                              .warmup_num_steps = warm[j], .warmup_type = lin ? "linear" : "log",
+                                              .total_num_steps = 1200 };
+                    mpx_schedule a = make("warmup_lr", p), b = make("warmup_decay_lr", p);
+                    expect_summary_is_the_walk(&a, n, "warmup_lr");
+                    expect_summary_is_the_walk(&b, n, "warmup_decay_lr");
+                }
+    }
+}
+
+Test(schedule, summary_of_a_huge_step_count_is_immediate, .timeout = 2)
+{
+    mpx_schedule s = make("warmup_linear", (mpx_schedule_params){
+        .base_lr = 1e-4, .total_steps = 1000, .warmup_proportion = 0.1 });
+    mpx_schedule_summary sum;
+    cr_assert_eq(mpx_schedule_summarize(&s, INT64_MAX / 2, &sum), 0);
+    cr_expect_eq(sum.first_negative_step, 1001);
+    cr_expect_eq(sum.n_negative, INT64_MAX / 2 - 1001);
+}

@@ -74,7 +74,12 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
         fprintf(err, "mpx check: cannot read the data to count steps: %s\n", msg);
         return 1;
     }
-    int64_t steps = mpx_train_total_steps(s, t.n_train);
+    int64_t steps;
+    if (mpx_train_count_steps(s, t.n_train, &steps, msg, sizeof msg)) {
+        fprintf(err, "mpx check: %s\n", msg);
+        if (t.destroy) t.destroy(&t);
+        return 1;
+    }
     int64_t batch = 1, accum = 1, epochs = 1, total_cfg = 0;
     mpx_config_get_int(s->cfg, "train.batch_size", &batch);
     mpx_config_get_int(s->cfg, "train.gradient_accumulation_steps", &accum);

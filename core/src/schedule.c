@@ -114,6 +114,62 @@ double mpx_schedule_lr(const mpx_schedule *s, int64_t step)
     return 0.0;
 }
 
+/* The summary without walking every step (a count from a config may be huge): each
+ * schedule is monotone between its breakpoints, so a piece's peak is at an end, found
+ * first by bisection, and its negative steps are a prefix or a suffix, counted by
+ * bisection. */
+typedef struct lr_piece { int64_t a, b; } lr_piece;
+
+/* Non-decreasing on [a, b]: the first k with lr(k) >= v (v = lr(b) is reached). */
+static int64_t first_reaching(const mpx_schedule *s, int64_t a, int64_t b, double v)
+{
+    while (a < b) {
+        int64_t m = a + (b - a) / 2;
+        if (mpx_schedule_lr(s, m) >= v) b = m; else a = m + 1;
+    }
+    return a;
+}
+
+/* The first k in [a, b] where pred(lr(k)) turns from false to true (b + 1 if never);
+ * pred must be monotone over the piece. */
+static int64_t first_true(const mpx_schedule *s, int64_t a, int64_t b, int want_negative)
+{
+    int64_t lo = a, hi = b + 1;
+    while (lo < hi) {
+        int64_t m = lo + (hi - lo) / 2;
+        int neg = mpx_schedule_lr(s, m) < 0.0;
+        if (neg == want_negative) hi = m; else lo = m + 1;
+    }
+    return lo;
+}
+
+/* The pieces over which the schedule is monotone, clipped to [0, n - 1]. */
+static size_t lr_pieces(const mpx_schedule *s, int64_t n, lr_piece *out)
+{
+    int64_t cut[3];
+    size_t nc = 0, np = 0;
+    if (s->type == MPX_SCHED_WARMUP_LINEAR) {
+        /* the first k with k / T >= w */
+        int64_t lo = 0, hi = n;
+        while (lo < hi) {
+            int64_t m = lo + (hi - lo) / 2;
+            if ((double)m / (double)s->total_steps >= s->warmup_proportion) hi = m; else lo = m + 1;
+        }
+        cut[nc++] = lo;
+    } else if (s->type == MPX_SCHED_WARMUP_LR || s->type == MPX_SCHED_WARMUP_DECAY_LR) {
+        cut[nc++] = 1;                    /* updates 0 and 1 both run at iteration 0 */
+        cut[nc++] = s->warmup_steps + 1;  /* iteration warmup_steps: the warm-up is over */
+    }
+    int64_t a = 0;
+    for (size_t i = 0; i <= nc; i++) {
+        int64_t b = i < nc ? cut[i] - 1 : n - 1;
+        if (b > n - 1) b = n - 1;
+        if (b >= a) out[np++] = (lr_piece){ a, b };
+        if (b + 1 > a) a = b + 1;
+    }
+    return np;
+}
+
 int mpx_schedule_summarize(const mpx_schedule *s, int64_t n_steps, mpx_schedule_summary *out)
 {
     memset(out, 0, sizeof *out);
@@ -122,14 +178,25 @@ int mpx_schedule_summarize(const mpx_schedule *s, int64_t n_steps, mpx_schedule_
     out->first_negative_step = -1;
     out->first_lr = mpx_schedule_lr(s, 0);
     out->peak_lr = out->first_lr;
-    for (int64_t k = 0; k < n_steps; k++) {
-        double lr = mpx_schedule_lr(s, k);
-        if (lr > out->peak_lr) { out->peak_lr = lr; out->peak_step = k; }
-        if (lr < 0.0) {
-            if (out->first_negative_step < 0) { out->first_negative_step = k; out->first_negative_lr = lr; }
-            out->n_negative++;
+    out->last_lr = mpx_schedule_lr(s, n_steps - 1);
+    lr_piece pieces[4];
+    size_t np = lr_pieces(s, n_steps, pieces);
+    for (size_t i = 0; i < np; i++) {
+        int64_t a = pieces[i].a, b = pieces[i].b;
+        double la = mpx_schedule_lr(s, a), lb = mpx_schedule_lr(s, b);
+        int rising = la <= lb;
+        int64_t peak_k = rising ? first_reaching(s, a, b, lb) : a;
+        double peak = rising ? lb : la;
+        if (peak > out->peak_lr) { out->peak_lr = peak; out->peak_step = peak_k; }
+        /* negative steps: a prefix of a rising piece, a suffix of a falling one */
+        int64_t neg_a = rising ? a : first_true(s, a, b, 1);
+        int64_t neg_b = rising ? first_true(s, a, b, 0) - 1 : b;
+        if (neg_b < neg_a) continue;
+        if (out->first_negative_step < 0) {
+            out->first_negative_step = neg_a;
+            out->first_negative_lr = mpx_schedule_lr(s, neg_a);
         }
-        out->last_lr = lr;
+        out->n_negative += neg_b - neg_a + 1;
     }
     return 0;
 }

@@ -34,13 +34,38 @@ static int read_train_cfg(const mpx_session *s, train_cfg *c)
     return rc;
 }
 
-int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train)
+int mpx_train_count_steps(const mpx_session *s, size_t n_train, int64_t *steps, char *err, size_t errlen)
 {
     train_cfg c;
-    if (read_train_cfg(s, &c)) return -1;
-    if (c.max_steps > 0) return c.max_steps;
-    int64_t per_step = c.batch * c.accum;
-    return c.epochs * (((int64_t)n_train + per_step - 1) / per_step);
+    if (read_train_cfg(s, &c) || c.batch < 1 || c.accum < 1) {
+        snprintf(err, errlen, "train: incomplete configuration");
+        return -1;
+    }
+    int64_t per_step, per_epoch, micro;
+    if (__builtin_mul_overflow(c.batch, c.accum, &per_step) || n_train > (size_t)INT64_MAX / 2) {
+        snprintf(err, errlen, "train.batch_size x train.gradient_accumulation_steps (%lld x %lld) overflows",
+                 (long long)c.batch, (long long)c.accum);
+        return -1;
+    }
+    per_epoch = ((int64_t)n_train + per_step - 1) / per_step;
+    if (c.max_steps > 0) *steps = c.max_steps;
+    else if (__builtin_mul_overflow(c.epochs, per_epoch, steps)) *steps = INT64_MAX;
+    /* the Philox counter of a micro-batch is 32 bits: step x accumulation + micro-batch */
+    if (__builtin_mul_overflow(*steps, c.accum, &micro) || micro > (int64_t)UINT32_MAX + 1) {
+        snprintf(err, errlen, "%s asks for %s%lld optimizer steps of %lld micro-batches: more than the 2^32 "
+                 "micro-batches a run can count (the random streams' 32-bit counter)",
+                 c.max_steps > 0 ? "train.max_steps" : "train.epochs", *steps == INT64_MAX ? "over " : "",
+                 (long long)*steps, (long long)c.accum);
+        return -1;
+    }
+    return 0;
+}
+
+int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train)
+{
+    int64_t steps;
+    char err[256];
+    return mpx_train_count_steps(s, n_train, &steps, err, sizeof err) ? -1 : steps;
 }
 
 static double now_s(void)
@@ -340,7 +365,8 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
 {
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
-    int64_t total = mpx_train_total_steps(s, t->n_train);
+    int64_t total;
+    if (mpx_train_count_steps(s, t->n_train, &total, err, errlen)) return -1;
     mpx_loss_scaler ls;
     if (mpx_scaler_init(&ls, s->prec.loss_scale, s->cfg, err, errlen)) return -1;
     mpx_lr_schedule sched;

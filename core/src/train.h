@@ -17,7 +17,11 @@ int mpx_train(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, cha
 int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metrics, const char *from,
                      char *err, size_t errlen);
 
-/* Number of optimizer steps the configuration asks for, given the task's data. */
+/* Number of optimizer steps the configuration asks for, given the task's data, in
+ * checked arithmetic; refuses more micro-batches than the 32-bit Philox tick counts. */
+int mpx_train_count_steps(const mpx_session *s, size_t n_train, int64_t *steps, char *err, size_t errlen);
+
+/* The same, or -1 when it refuses. */
 int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
 
 /* One optimizer step as mpx_train takes it, without records or loss-scale updates
