@@ -1,6 +1,7 @@
 $(eval $(call add_test,test_loader,tests/test_loader.c,))
 $(eval $(call add_test,test_records,tests/test_records.c $(TEST_SHELL),))
 $(eval $(call add_test,test_resume,tests/test_resume.c $(TEST_SHELL),))
+$(eval $(call add_test,test_hostile_config,tests/test_hostile_config.c $(TEST_SHELL),))
 $(eval $(call add_test,test_loss_scaler,tests/test_loss_scaler.c,))
 $(eval $(call add_test,test_precision,tests/test_precision.c $(TEST_SUPPORT),))
 $(eval $(call add_test,test_diagnostics,tests/test_diagnostics.c $(TEST_SUPPORT),))

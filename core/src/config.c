@@ -145,12 +145,14 @@ static int apply_override(config_t *cfg, const char *ov, const char *where, mpx_
     char *key = trim(copy), *value = trim(copy + (eq - ov) + 1);
     size_t vn = strlen(value);
     if (vn > 0 && value[vn - 1] == ';') value[vn - 1] = '\0'; /* "x = 1;" habit */
-    int rc = -1;
+    int rc = -1, errs_before = e->n;
     config_t tmp;
     config_init(&tmp);
     if (!*key) mpx_errs_add(e, "%s: empty KEY", where);
     else if (!*value) mpx_errs_add(e, "%s: empty VALUE (strings need quotes: KEY=\"\")", where);
-    else if (parse_literal(&tmp, value, where, e) == 0) {
+    else if (mpx_config_scan_int_literals(value, NULL, where, key, e), e->n > errs_before) {
+        /* refused: a wrapped integer */
+    } else if (parse_literal(&tmp, value, where, e) == 0) {
         char *last = NULL;
         config_setting_t *parent = override_parent(config_root_setting(cfg), key, &last, where, e);
         if (parent) {
@@ -170,6 +172,7 @@ static int apply_override(config_t *cfg, const char *ov, const char *where, mpx_
 static int read_file(config_t *cfg, const mpx_config *c, mpx_errs *e)
 {
     if (c->include_dir) config_set_include_dir(cfg, c->include_dir);
+    if (mpx_config_scan_file_int_literals(c->path, e)) return -1;
     if (config_read_file(cfg, c->path)) return 0;
     if (config_error_type(cfg) == CONFIG_ERR_FILE_IO)
         mpx_errs_add(e, "%s: cannot read the config file: %s", c->path, strerror(errno));
@@ -190,6 +193,7 @@ static config_t *build(const mpx_config *c, mpx_errs *e)
         apply_override(cfg, c->overrides[i], c->override_where[i], e);
     if (e->n == 0)
         mpx_config_check(cfg, c->path, c->groups, c->n_groups, c->has_src ? &c->src : NULL, e);
+    if (e->n == 0) mpx_config_check_values(cfg, c->path, e);
     if (e->n == 0) return cfg;
 fail:
     config_destroy(cfg);

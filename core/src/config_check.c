@@ -156,6 +156,13 @@ static void check_number(const check_ctx *x, const mpx_option *o, config_setting
     if (!want_int && is_int(s)) to_float(s);
     if (!want_int && config_setting_type(s) != CONFIG_TYPE_FLOAT) { type_error(x, o, s); return; }
     double v = want_int ? (double)config_setting_get_int64(s) : config_setting_get_float(s);
+    if (!isfinite(v)) { /* 1e400 reads as inf and would pass an unbounded range */
+        char w[WHERE_LEN], key[TEXT_LEN];
+        where(x, s, w);
+        full_path(s, key, sizeof key);
+        mpx_errs_add(x->e, "%s: '%s' = %g is not a finite number", w, key, v);
+        return;
+    }
     check_range(x, o, s, v);
 }
 

@@ -46,6 +46,16 @@ config_setting_t *mpx_config_copy_setting(config_setting_t *parent, const char *
 int mpx_config_check(config_t *cfg, const char *path, const mpx_group_schema *groups,
                      size_t n_groups, const mpx_schema_source *src, mpx_errs *e);
 
+/* Integer literals without the L suffix that do not fit 32 bits (libconfig 1.5 wraps
+ * them), each an error naming "FILE:LINE" (or fixed_where) and the key (or fixed_key). */
+void mpx_config_scan_int_literals(const char *text, const char *file, const char *fixed_where,
+                                  const char *fixed_key, mpx_errs *e);
+int mpx_config_scan_file_int_literals(const char *path, mpx_errs *e);
+
+/* Values the schema's types and ranges cannot express (run.name a folder name, no empty
+ * or more than 64 optimizer.no_decay patterns). Returns the number of errors added. */
+int mpx_config_check_values(config_t *cfg, const char *path, mpx_errs *e);
+
 const mpx_group_schema *mpx_config_find_group(const mpx_group_schema *groups, size_t n,
                                               const char *name);
 /* The options of sub-group `name` of group `g` (a plugin's or a core sub-schema's).

@@ -2,6 +2,8 @@
  * literals (for -s), labels (for names) and JSON (for records). */
 #include "sweep.h"
 
+#include "config_internal.h"
+
 #include <libconfig.h>
 #include <math.h>
 #include <stdarg.h>
@@ -188,9 +190,10 @@ static int load_top(mpx_sweep *sw, config_t *cf, const char *path, char *err, si
         for (size_t j = 0; j < i; j++)
             if (!strcmp(sw->axes[i].key, sw->axes[j].key))
                 return fail(err, errlen, "%s: axes: '%s' is swept twice", path, sw->axes[i].key);
+        if (sw->axes[i].n && sw->n_cells > 100000 / sw->axes[i].n)
+            return fail(err, errlen, "%s: more than 100000 cells is too many", path);
         sw->n_cells *= sw->axes[i].n;
     }
-    if (sw->n_cells > 100000) return fail(err, errlen, "%s: %zu cells is too many", path, sw->n_cells);
     return 0;
 }
 
@@ -201,7 +204,11 @@ int mpx_sweep_load(mpx_sweep *sw, const char *path, char *err, size_t errlen)
     config_t cf;
     config_init(&cf);
     int rc;
-    if (!config_read_file(&cf, path)) {
+    mpx_errs wide = { err, errlen, 0, 0 };
+    err[0] = 0;
+    if (mpx_config_scan_file_int_literals(path, &wide)) {
+        rc = -1;
+    } else if (!config_read_file(&cf, path)) {
         if (config_error_type(&cf) == CONFIG_ERR_FILE_IO)
             rc = fail(err, errlen, "%s: cannot read the sweep file", path);
         else

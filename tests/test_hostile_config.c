@@ -1,0 +1,110 @@
+/* Hostile configurations (issue 15), through the real command line: integers libconfig
+ * would wrap, non-finite floats, run names that leave the output folder, optimizer.no_decay
+ * patterns `mpx run` refuses, and counts so large that `mpx check` used to walk every step
+ * for ever. Each is refused by `mpx check` with the key and where it was given. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+
+static char out[16384];
+
+/* mpx check configs/toy.cfg with extra arguments; stdout and stderr in `out`. */
+static int check(const char *extra)
+{
+    return ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg %s 2>&1", extra);
+}
+
+static void expect_refused(const char *extra, const char *a, const char *b)
+{
+    int rc = check(extra);
+    cr_expect_eq(rc, 1, "mpx check %s: exit %d\n%s", extra, rc, out);
+    cr_expect(strstr(out, a) != NULL, "mpx check %s: no '%s' in\n%s", extra, a, out);
+    cr_expect(!b || strstr(out, b) != NULL, "mpx check %s: no '%s' in\n%s", extra, b ? b : "", out);
+}
+
+Test(hostile_config, integers_past_32_bits_are_refused_not_wrapped)
+{
+    expect_refused("-s run.seed=4294967338", "-s run.seed=4294967338: 'run.seed' = 4294967338 does not fit", NULL);
+    expect_refused("-s train.epochs=4294967297", "'train.epochs' = 4294967297 does not fit", NULL);
+    expect_refused("-s train.epochs=0x100000001", "'train.epochs' = 0x100000001 does not fit", NULL);
+    /* the L suffix is libconfig's 64-bit integer: kept whole */
+    cr_expect_eq(check("-s run.seed=4294967338L"), 0, "%s", out);
+    cr_expect(strstr(out, "seed = 4294967338L;") != NULL, "%s", out);
+    cr_expect_eq(check("-s run.seed=2147483647"), 0, "%s", out);
+}
+
+Test(hostile_config, a_wrapped_integer_in_a_file_names_the_line_and_the_dotted_key)
+{
+    char *d = ts_tmpdir("hostile"), path[512], text[1024];
+    snprintf(path, sizeof path, "%s/wide.cfg", d);
+    ts_write_file(path, "run = { name = \"toy\";\n  seed = 4294967338; };\n"
+                        "/* 99999999999 */ train = { lr_note = \"99999999999\"; epochs = -4294967297; };\n");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", path);
+    cr_expect_eq(rc, 1);
+    snprintf(text, sizeof text, "%s:2: 'run.seed' = 4294967338 does not fit", path);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+    snprintf(text, sizeof text, "%s:3: 'train.epochs' = -4294967297 does not fit", path);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+    cr_expect(strstr(out, "99999999999") == NULL, "comments and strings are not numbers:\n%s", out);
+    free(d);
+}
+
+Test(hostile_config, a_sweep_axis_value_past_32_bits_is_refused)
+{
+    char *d = ts_tmpdir("hostile-sweep"), path[512];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    ts_write_file(path, "base = \"configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 4294967338); } );\n");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path), 2);
+    cr_expect(strstr(out, ":2: 'axes.values' = 4294967338 does not fit") != NULL, "%s", out);
+    free(d);
+}
+
+Test(hostile_config, non_finite_floats_are_refused)
+{
+    expect_refused("-s optimizer.lr=1e400", "-s optimizer.lr=1e400: 'optimizer.lr' = inf is not a finite number", NULL);
+    expect_refused("-s train.gradient_clipping=1e400", "'train.gradient_clipping' = inf is not a finite number", NULL);
+    expect_refused("-s precision.static_loss_scale=1e400", "'precision.static_loss_scale' = inf is not a finite", NULL);
+    expect_refused("-s 'optimizer.sgd.momentum=-1e400'", "= -inf is not a finite number", NULL);
+}
+
+Test(hostile_config, run_names_that_leave_the_output_folder_are_refused)
+{
+    static const char *const names[] = { "", ".", "..", "../../x", "a/b" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char extra[128], want[128];
+        snprintf(extra, sizeof extra, "-s 'run.name=\"%s\"'", names[i]);
+        snprintf(want, sizeof want, "'run.name' = \"%s\": must be one folder name", names[i]);
+        expect_refused(extra, want, NULL);
+        /* and mpx run refuses it before writing anything */
+        char *d = ts_tmpdir("hostile-name");
+        int rc = ts_sh(out, sizeof out, "cd %s && %s/build/bin/mpx run %s/configs/toy.cfg %s 2>&1; ls -A %s | wc -l",
+                       d, getenv("PWD"), getenv("PWD"), extra, d);
+        cr_expect(strstr(out, want) != NULL && strstr(out, "\n0\n") != NULL, "mpx run %s (rc %d):\n%s", extra, rc, out);
+        free(d);
+    }
+}
+
+Test(hostile_config, check_refuses_the_no_decay_lists_run_refuses)
+{
+    expect_refused("-s 'optimizer.no_decay=[\"bias\", \"\"]'", "'optimizer.no_decay' pattern 1 is empty", NULL);
+    char many[1024] = "-s 'optimizer.no_decay=[";
+    for (int i = 0; i < 65; i++) snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"p%d\"", i ? "," : "", i);
+    strcat(many, "]'");
+    expect_refused(many, "'optimizer.no_decay' has 65 patterns: at most 64", NULL);
+}
+
+/* The summary of a long schedule is computed, not walked: a billion-step run is
+ * checked at once, and a count past what a run can take is refused at once. */
+Test(hostile_config, check_returns_at_once_on_huge_counts, .timeout = 10)
+{
+    cr_expect_eq(check("-s train.epochs=60000000"), 0, "%s", out); /* 3.84e9 steps, under 2^32 */
+    cr_expect(strstr(out, "last step (3839999999)") != NULL, "%s", out);
+    expect_refused("-s train.epochs=2000000000", "train.epochs asks for 128000000000 optimizer steps",
+                   "more than the 2^32 micro-batches");
+    expect_refused("-s train.epochs=9000000000000000000L", "train.epochs asks for over", NULL);
+    expect_refused("-s train.max_steps=5000000000L -s train.gradient_accumulation_steps=2", "train.max_steps asks for", NULL);
+    expect_refused("-s train.gradient_accumulation_steps=9000000000000000000L", "overflows", NULL);
+}
