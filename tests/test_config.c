@@ -735,3 +735,61 @@ Test(config, without_source_plugin_subgroups_are_kept_unchecked)
     cr_assert_neq(rc, 0);
     HAS("'scheduler.type' = \"nope\"");
 }
+
+/* ---- The requested configuration (sweep cell hashes) ------------------------------------ */
+
+static char *requested_text(const mpx_config *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    cr_assert_eq(mpx_config_write_requested(c, f), 0);
+    fclose(f);
+    return text;
+}
+
+/* adam with one more option than the fakes' (as a later mpx version would add) */
+static const mpx_option adam_opts_v2[] = {
+    { .key = "betas", .type = MPX_OPT_FLOAT_LIST, .def = "[0.9, 0.999]", .min = 0, .max = 1, .list_len = 2, .help = "b1, b2" },
+    { .key = "eps", .type = MPX_OPT_FLOAT, .def = "1e-8", .min = 0, .max = INFINITY, .help = "eps" },
+    { .key = "weight_decay", .type = MPX_OPT_FLOAT, .def = "0.01", NR, .help = "wd" },
+    { .key = "new_knob", .type = MPX_OPT_FLOAT, .def = "2.5", NR, .help = "added later" },
+};
+static const mpx_plugin_desc adam_v2 = DESC(MPX_KIND_OPTIMIZER, "adam", adam_opts_v2, MPX_COUNT(adam_opts_v2));
+static const mpx_plugin_desc *fake_get_v2(void *ctx, mpx_kind kind, size_t i)
+{
+    const mpx_plugin_desc *d = fake_get(ctx, kind, i);
+    return d && d->kind == MPX_KIND_OPTIMIZER && !strcmp(d->name, "adam") ? &adam_v2 : d;
+}
+
+/* What the file and the overrides set, as validated (integers for floats converted), and
+ * nothing filled from a default: so a key a later version adds with a default does not
+ * change it — that is what keeps a long study's finished sweep cells finished. */
+Test(config, requested_text_leaves_defaults_out)
+{
+    char path[] = "/tmp/mpx-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    const char *text = "train = { max_steps = 7; };\noptimizer = { plugin = \"adam\"; lr = 1; adam = { eps = 1e-6; }; };\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    const char *ov[] = { "run.seed=5" };
+    mpx_config *c = load_ok(path, ov, 1);
+    char *t1 = requested_text(c);
+    cr_assert_str_eq(t1, "run = {\n  seed = 5;\n};\ntrain = {\n  max_steps = 7;\n};\noptimizer = {\n  plugin = \"adam\";\n"
+                         "  lr = 1.0;\n  adam = {\n    eps = 1e-06;\n  };\n};\n");
+    mpx_config_free(c);
+    static const mpx_schema_source v2 = { NULL, fake_count, fake_get_v2 };
+    mpx_config *c2 = NULL;
+    cr_assert_eq(mpx_config_load(&c2, path, ov, 1, mpx_core_groups, mpx_n_core_groups, &v2, err, sizeof err), 0, "%s", err);
+    double knob = 0;
+    cr_assert_eq(mpx_config_get_float(c2, "optimizer.adam.new_knob", &knob), 0);
+    cr_assert_float_eq(knob, 2.5, 0, "the new key is there, from its default");
+    char *t2 = requested_text(c2);
+    cr_assert_str_eq(t2, t1);
+    free(t1);
+    free(t2);
+    mpx_config_free(c2);
+    unlink(path);
+}

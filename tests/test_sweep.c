@@ -245,3 +245,25 @@ Test(sweep, bad_sweep_files_name_the_file_and_line)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path), 2);
     cr_expect(strstr(out, "bad.cfg:2") && strstr(out, "'foo'"), "%s", out);
 }
+
+/* A cell's folder hashes what the run computes: train.checkpoint_every (how often the
+ * training state is saved; a resumed run equals an uninterrupted one) and run.output_dir
+ * leave it unchanged, any other key moves it. */
+Test(sweep, cell_folders_ignore_where_and_how_often_state_is_saved)
+{
+    char *dir = ts_tmpdir("sweep-hash"), *file = sweep_file(dir, "h", "{ key = \"optimizer.lr\"; values = (0.05); }");
+    char plain[4096], ckpt[4096], other[4096], moved[4096];
+    cr_assert_eq(sweep(dir, file, "", "--dry-run", plain, sizeof plain), 0);
+    cr_assert_eq(sweep(dir, file, "", "-s train.checkpoint_every=3 --dry-run", ckpt, sizeof ckpt), 0);
+    cr_assert_eq(sweep(dir, file, "", "-s train.log_every=3 --dry-run", other, sizeof other), 0);
+    cr_assert_str_eq(ckpt, plain);
+    cr_assert_str_neq(other, plain);
+    cr_assert_eq(ts_sh(moved, sizeof moved, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
+                       "--dry-run 2>/dev/null | sed 's|%s/out|X|'", file, dir, dir), 0);
+    cr_assert_eq(ts_sh(other, sizeof other, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/elsewhere\"' -s "
+                       "train.epochs=2 --dry-run 2>/dev/null | sed 's|%s/elsewhere|X|'", file, dir, dir), 0);
+    cr_assert_str_eq(other, moved);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(file);
+    free(dir);
+}

@@ -415,3 +415,11 @@ const char *mpx_config_selected(const mpx_config *c, const char *group)
     const config_setting_t *s = gs ? config_setting_get_member(gs, g->selector) : NULL;
     return s && config_setting_type(s) == CONFIG_TYPE_STRING ? config_setting_get_string(s) : NULL;
 }
+
+int mpx_config_remove(mpx_config *c, const char *key)
+{
+    config_setting_t *m = config_lookup(c->cfg, key);
+    if (!m) return 0;
+    config_setting_t *parent = config_setting_parent(m);
+    return parent && config_setting_remove(parent, config_setting_name(m)) == CONFIG_TRUE ? 0 : -1;
+}

@@ -85,6 +85,10 @@ json_t *mpx_config_to_json(const mpx_config *c);
  * schema order): text that does not change when a new key with a default is added. */
 int mpx_config_write_requested(const mpx_config *c, FILE *f);
 
+/* Drops KEY (a dotted path) from the configuration; 0 also when it is absent. For
+ * hashing only: the configuration is no longer valid against its schema after it. */
+int mpx_config_remove(mpx_config *c, const char *key);
+
 /* One more override, validated with all the others; on failure the configuration is
  * left as it was. */
 int mpx_config_set(mpx_config *c, const char *key_eq_value, char *err, size_t errlen);

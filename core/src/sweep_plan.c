@@ -58,13 +58,17 @@ static int build_cell(const mpx_sweep *sw, size_t cell, const char *const *user_
 
 /* sha256 of the requested configuration (what the base file and the overrides set, as
  * validated; schema defaults left out, so that a key added to mpx later does not move
- * every finished cell of a long study) with run.output_dir blanked; first 8 hex digits. */
+ * every finished cell of a long study) with run.output_dir blanked and
+ * train.checkpoint_every left out (where a run writes and how often it saves its training
+ * state do not change what it computes: a resumed run equals an uninterrupted one,
+ * tests/test_resume.c); first 8 hex digits. */
 static void hash_config(mpx_config *cfg, char id[32])
 {
     char err[512], *text = NULL;
     size_t len = 0;
     uint8_t digest[32];
     mpx_config_set(cfg, "run.output_dir=\"\"", err, sizeof err); /* best effort */
+    mpx_config_remove(cfg, "train.checkpoint_every");
     FILE *f = open_memstream(&text, &len);
     if (!f || mpx_config_write_requested(cfg, f) != 0) len = 0;
     if (f) fclose(f);
