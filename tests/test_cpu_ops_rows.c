@@ -184,6 +184,28 @@ Test(softmax, forward_and_backward_every_combination)
     tb_close(&t);
 }
 
+/* fp32 logits: the exact loss and (softmax - onehot) * dscale / rows. 16-bit logits: as
+ * PyTorch's cross_entropy on a 16-bit tensor (log_softmax, then nll_loss, each output
+ * in the tensor's dtype): logp rounded to the dtype, the loss the 16-bit mean of
+ * -logp[label], backward from d = round(dscale / rows) through exp(logp). */
+static double ref_cross_entropy_16(mpx_dtype t, const double *lv, const int32_t *labels, size_t rows,
+                                   size_t cols, double dscale, double *dref)
+{
+    double total = 0, d = ref_round(t, dscale / (double)rows);
+    for (size_t r = 0; r < rows; r++) {
+        const double *z = lv + r * cols;
+        double mx = -INFINITY, s = 0;
+        for (size_t c = 0; c < cols; c++) mx = fmax(mx, z[c]);
+        for (size_t c = 0; c < cols; c++) s += exp(z[c] - mx);
+        for (size_t c = 0; c < cols; c++) {
+            double logp = ref_round(t, z[c] - mx - log(s));
+            if (c == (size_t)labels[r]) total -= logp;
+            dref[r * cols + c] = exp(logp) * d - (c == (size_t)labels[r] ? d : 0.0);
+        }
+    }
+    return total / (double)rows;
+}
+
 Test(cross_entropy, loss_and_gradient_every_combination)
 {
     tb t = tb_open(2);
@@ -197,6 +219,16 @@ Test(cross_entropy, loss_and_gradient_every_combination)
             fill_random(lg, rows * cols, lv, 70 + il, -8, 8);
             double loss = 0;
             cr_assert_eq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, &loss, dl, 256.0f), 0, "%s", tb_error(&t));
+            if (lg.t != MPX_F32) {
+                double mean = ref_cross_entropy_16(lg.t, lv, labels, rows, cols, 256.0, ref);
+                double want = ref_round(lg.t, mean);
+                cr_assert(ref_round(lg.t, loss) == loss, "[%s] loss %.9g is not a %s value",
+                          mpx_dtype_name(lg.t), loss, mpx_dtype_name(lg.t));
+                cr_assert(fabs(loss - want) <= ref_ulp(lg.t, want), "[%s] loss %.9g, want %.9g (mean %.9g)",
+                          mpx_dtype_name(lg.t), loss, want, mean);
+                if (dl.p) check_out("cross_entropy dlogits (16-bit logits)", dl, ref, rows * cols, 1, NULL, 0.9);
+                continue;
+            }
             double want = ref_cross_entropy(lv, labels, rows, cols);
             cr_assert(fabs(loss - want) <= 1e-6 * (1 + fabs(want)), "loss %.9g, want %.9g", loss, want);
             if (!dl.p) continue;
@@ -209,6 +241,26 @@ Test(cross_entropy, loss_and_gradient_every_combination)
             }
             check_out("cross_entropy dlogits", dl, ref, rows * cols, 1, NULL, 0.9);
         }
+    tb_close(&t);
+}
+
+/* A dscale of 2^16 (DeepSpeed's fp16 loss at scale 2^16) rounds to inf in fp16, so
+ * every gradient element is non-finite; bf16 holds it. */
+Test(cross_entropy, fp16_gradient_of_an_inf_seed_is_non_finite)
+{
+    tb t = tb_open(1);
+    const size_t rows = 1, cols = 4;
+    int32_t labels[1] = { 2 };
+    double *lv = dbl(rows * cols);
+    for (int il = 1; il < 3; il++) {
+        mpx_arg lg = tb_alloc(&t, FLOAT_TYPES[il], cols), dl = tb_alloc(&t, FLOAT_TYPES[il], cols);
+        fill_random(lg, cols, lv, 3, -1, 1);
+        double loss;
+        cr_assert_eq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, &loss, dl, 65536.0f), 0, "%s", tb_error(&t));
+        size_t bad = 0;
+        cr_assert_eq(t.ops->count_nonfinite(t.be, dl, cols, &bad), 0);
+        cr_expect_eq(bad, FLOAT_TYPES[il] == MPX_F16 ? cols : 0, "[%s] %zu non-finite", mpx_dtype_name(lg.t), bad);
+    }
     tb_close(&t);
 }
 

@@ -59,6 +59,10 @@ static void print_precision(FILE *out, const mpx_precision_desc *d)
     for (int i = 0; i < 4; i++)
         if (d->islands & (1u << i)) fprintf(out, " %s", islands[i]);
     fprintf(out, "%s\n", d->islands ? "" : " none");
+    fprintf(out, "#   master from the %s; optimizer init step %s; unscale with the scale %s\n",
+            d->upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? "cast weights" : "checkpoint",
+            d->upstream & MPX_UPSTREAM_OPT_INIT_STEP ? "on" : "off",
+            d->upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? "updated" : "used");
 }
 
 int mpx_check_report(mpx_session *s, FILE *out, FILE *err)

@@ -68,6 +68,22 @@ static void where(const mpx_config *cfg, const char *key, char *buf, size_t len)
         snprintf(buf, len, "-s ");
 }
 
+/* A key choosing between the upstream detail `bit` (value `on`) and mpx's plain
+ * behaviour (value `off`); "policy" keeps the policy's choice. */
+static int upstream_key(const mpx_config *cfg, const char *key, const char *on, const char *off,
+                        uint32_t bit, uint32_t *bits, char *err, size_t errlen)
+{
+    const char *v;
+    if (mpx_config_get_string(cfg, key, &v) || strcmp(v, "policy") == 0) return 0;
+    if (strcmp(v, on) == 0) *bits |= bit;
+    else if (strcmp(v, off) == 0) *bits &= ~bit;
+    else {
+        snprintf(err, errlen, "%s: \"%s\" is not one of policy, %s, %s", key, v, on, off);
+        return -1;
+    }
+    return 0;
+}
+
 int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen)
 {
     const char *v;
@@ -92,5 +108,12 @@ int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, 
             return -1;
         }
     }
+    if (upstream_key(cfg, "precision.master_init", "weights", "checkpoint", MPX_UPSTREAM_MASTER_FROM_WEIGHTS,
+                     &d->upstream, err, errlen) ||
+        upstream_key(cfg, "precision.optimizer_init_step", "on", "off", MPX_UPSTREAM_OPT_INIT_STEP,
+                     &d->upstream, err, errlen) ||
+        upstream_key(cfg, "precision.unscale_with", "updated", "used", MPX_UPSTREAM_UNSCALE_UPDATED,
+                     &d->upstream, err, errlen))
+        return -1;
     return 0;
 }

@@ -62,7 +62,7 @@ json_t *mpx_provenance_precision(const mpx_precision_desc *d)
     static const char *island_names[] = { "layernorm", "softmax", "loss", "residual" };
     for (int i = 0; i < 4; i++)
         if (d->islands & (1u << i)) json_array_append_new(islands, json_string(island_names[i]));
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s}",
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s}",
                      "weights", mpx_dtype_name(d->weights), "gemm_in", mpx_dtype_name(d->gemm_in),
                      "act", mpx_dtype_name(d->act), "grads", mpx_dtype_name(d->grads),
                      "grad_acc", mpx_dtype_name(d->grad_acc), "master", mpx_dtype_name(d->master),
@@ -70,6 +70,12 @@ json_t *mpx_provenance_precision(const mpx_precision_desc *d)
                      "eval_logits", mpx_dtype_name(d->eval_logits), "islands", islands,
                      "loss_scale", d->loss_scale ? d->loss_scale : "none",
                      "rounding", (unsigned)d->rounding < 3 ? rounding[d->rounding] : "?");
+    if (o)
+        json_object_set_new(o, "upstream", json_pack("{s:s, s:b, s:s}",
+            "master_init", d->upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? "weights" : "checkpoint",
+            "optimizer_init_step", (d->upstream & MPX_UPSTREAM_OPT_INIT_STEP) != 0,
+            "unscale_with", d->upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? "updated" : "used"));
+    return o;
 }
 
 void mpx_provenance_add_file(json_t *obj, const char *path)

@@ -67,7 +67,8 @@ int mpx_schedule_init(mpx_schedule *s, const char *type, const mpx_schedule_para
         return init_deepspeed(s, p, "warmup_lr", err, n);
     case MPX_SCHED_WARMUP_DECAY_LR:
         if (p->total_num_steps < 1) {
-            snprintf(err, n, "scheduler.warmup_decay_lr.total_num_steps = %lld must be >= 1",
+            snprintf(err, n, "scheduler.warmup_decay_lr.total_num_steps = %lld must be >= 1 "
+                     "(0 in the config means scheduler.total_steps)",
                      (long long)p->total_num_steps);
             return -1;
         }
@@ -168,6 +169,11 @@ static size_t lr_pieces(const mpx_schedule *s, int64_t n, lr_piece *out)
         if (b + 1 > a) a = b + 1;
     }
     return np;
+}
+
+int mpx_schedule_follows_updates(const mpx_schedule *s)
+{
+    return s->type == MPX_SCHED_WARMUP_LR || s->type == MPX_SCHED_WARMUP_DECAY_LR;
 }
 
 int mpx_schedule_summarize(const mpx_schedule *s, int64_t n_steps, mpx_schedule_summary *out)

@@ -58,6 +58,11 @@ int mpx_schedule_init(mpx_schedule *s, const char *type, const mpx_schedule_para
 /* The lr of optimizer update `step` (0-based: the first update is step 0). */
 double mpx_schedule_lr(const mpx_schedule *s, int64_t step);
 
+/* 1 when the schedule advances by optimizer updates (DeepSpeed's warmup_lr and
+ * warmup_decay_lr: its engine does not step the scheduler on an overflowed step), 0 when
+ * by loop steps whether or not they update (constant, warmup_linear). */
+int mpx_schedule_follows_updates(const mpx_schedule *s);
+
 /* Over updates 0 .. n_steps - 1. */
 typedef struct mpx_schedule_summary {
     int64_t n_steps;

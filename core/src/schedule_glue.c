@@ -23,6 +23,12 @@ static void read_warmup(const mpx_config *cfg, const char *type, mpx_schedule_pa
     mpx_config_get_int(cfg, key, &p->total_num_steps);
 }
 
+/* warmup_decay_lr.total_num_steps = 0 means scheduler.total_steps (as resolved). */
+static void resolve_total_num_steps(mpx_schedule_params *p)
+{
+    if (p->total_num_steps == 0) p->total_num_steps = p->total_steps;
+}
+
 int mpx_lr_schedule_params(const mpx_config *cfg, int64_t train_steps, const char **type,
                            mpx_schedule_params *p)
 {
@@ -36,6 +42,7 @@ int mpx_lr_schedule_params(const mpx_config *cfg, int64_t train_steps, const cha
     mpx_config_get_float(cfg, "scheduler.warmup_linear.warmup_proportion", &p->warmup_proportion);
     p->warmup_type = "log";
     if (strcmp(*type, "warmup_lr") == 0 || strcmp(*type, "warmup_decay_lr") == 0) read_warmup(cfg, *type, p);
+    resolve_total_num_steps(p);
     return 0;
 }
 
@@ -57,9 +64,9 @@ int mpx_lr_schedule_open(mpx_lr_schedule *sc, const mpx_session *s, int64_t tota
     return 0;
 }
 
-double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step)
+double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step, int64_t updates)
 {
-    return mpx_schedule_lr(sc->impl, step);
+    return mpx_schedule_lr(sc->impl, mpx_schedule_follows_updates(sc->impl) ? updates : step);
 }
 
 void mpx_lr_schedule_close(mpx_lr_schedule *sc)

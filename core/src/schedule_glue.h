@@ -18,7 +18,11 @@ int mpx_lr_schedule_params(const mpx_config *cfg, int64_t train_steps, const cha
                            mpx_schedule_params *p);
 
 int mpx_lr_schedule_open(mpx_lr_schedule *sc, const mpx_session *s, int64_t total_steps, char *err, size_t errlen);
-double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step);
+/* The lr of loop step `step` after `updates` optimizer updates (skipped steps not
+ * counted): DeepSpeed's engine steps warmup_lr / warmup_decay_lr only after an update
+ * (engine.py: an overflowed step does not call lr_scheduler.step()), so those follow
+ * `updates`; constant and warmup_linear (BingBertSquad's global_step) follow `step`. */
+double mpx_lr_at(const mpx_lr_schedule *sc, int64_t step, int64_t updates);
 void mpx_lr_schedule_close(mpx_lr_schedule *sc);
 
 #endif

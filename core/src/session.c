@@ -1,5 +1,6 @@
 /* Session set-up: plugin discovery, configuration, compatibility, instances, and the
  * flat model-state buffers (DESIGN, One training step). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +139,10 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
 {
     if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
     mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
+    memset(&s->prec, 0, sizeof s->prec);
     START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
+    /* read no field beyond the size the policy declares (an ABI 1.0 policy has no upstream) */
+    if (s->prec.size < offsetof(mpx_precision_desc, upstream) + sizeof s->prec.upstream) s->prec.upstream = 0;
     return mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen);
 }
 
@@ -257,7 +261,10 @@ static int fill_weights(mpx_session *s, char *err, size_t errlen)
     rc = s->ops->to_device(s->be, dev, host, s->numel * 4);
     free(host);
     if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), s->weights, s->numel);
-    if (!rc && s->master.p) rc = s->ops->copy(s->be, s->master.p, dev, s->numel * 4);
+    /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master */
+    if (!rc && s->master.p)
+        rc = s->prec.upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? s->ops->cast(s->be, s->weights, s->master, s->numel)
+                                                              : s->ops->copy(s->be, s->master.p, dev, s->numel * 4);
     s->inst[MPX_KIND_BACKEND].env.pub.host->release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
     if (rc) mpx_session_error(s, MPX_KIND_BACKEND, err, errlen);
     return rc;

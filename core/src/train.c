@@ -121,6 +121,24 @@ static void progress(int64_t step, int64_t total, double loss, double lr, double
     if (step + 1 == total) fputc('\n', stderr);
 }
 
+/* The gradient backward starts from: scale / accum. When the loss itself is 16-bit (no
+ * loss island, 16-bit activations) it is the gradient of a 16-bit tensor, as
+ * DeepSpeed's `loss.float() * cur_scale` backpropagated into the fp16 loss: the scale
+ * is rounded to that dtype first (2^16 becomes inf in fp16: that step overflows), and
+ * the division by the accumulation steps rounds again. */
+static float round_to(mpx_dtype t, float x)
+{
+    return t == MPX_BF16 ? mpx_round_bf16(x) : t == MPX_F16 ? mpx_round_f16(x) : x;
+}
+
+static float backward_seed(const mpx_session *s, double scale, int64_t accum)
+{
+    mpx_dtype t = mpx_island_dtype(&s->prec, MPX_ISLAND_LOSS);
+    if (t == MPX_F32) return (float)(scale / (double)accum);
+    float r = round_to(t, (float)scale);
+    return round_to(t, r / (float)accum);
+}
+
 /* Forward and backward over the accumulation micro-batches; returns the mean loss. */
 static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, double scale,
                       mpx_diagnostics *diag, double *loss, int64_t *tokens, char *err, size_t errlen)
@@ -129,6 +147,7 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
     const mpx_model_vtable *mv = &m->rec->vt.model;
     *loss = 0;
     *tokens = 0;
+    const float seed = backward_seed(s, scale, c->accum);
     for (int64_t micro = 0; micro < c->accum; micro++) {
         s->tick = (uint32_t)(step * c->accum + micro);
         mpx_batch b;
@@ -138,7 +157,7 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
         b.training = 1;
         mpx_forward_out fo = { .size = sizeof fo };
         if (mv->forward(m->self, &b, &fo) ||
-            mv->backward(m->self, &b, (float)(scale / (double)c->accum), s->grad_acc.p ? 0 : micro > 0)) {
+            mv->backward(m->self, &b, seed, s->grad_acc.p ? 0 : micro > 0)) {
             mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
             snprintf(err + strlen(err), errlen - strlen(err), " (step %lld)", (long long)step);
             return -1;
@@ -227,6 +246,29 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
     return 0;
 }
 
+/* DeepSpeed's FP16_Optimizer and BF16_Optimizer take one optimizer step on zero
+ * gradients when they are built (initialize_optimizer_states), at the optimizer's
+ * configured lr: Adam's step counter starts at 1 and decoupled decay shrinks the master
+ * once; the 16-bit weights are not written back. */
+int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
+{
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
+                        .lr = lr, .step = 1, .param = s->master.p ? s->master : s->weights,
+                        .grad = s->grad32, .update = s->update };
+    for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
+    if (s->ops->fill_zero(s->be, s->grad32, s->numel * sizeof(float))) {
+        snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");
+        return -1;
+    }
+    if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
+        mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
+        snprintf(err + strlen(err), errlen - strlen(err), " (the zero-gradient init step)");
+        return -1;
+    }
+    return 0;
+}
+
 static int check_overflow(mpx_session *s, int *overflow)
 {
     size_t bad = 0;
@@ -284,10 +326,14 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
     json_t *trace = pr->trace, *losses = pr->losses, *overflows = pr->overflows;
     double t0 = now_s() - pr->elapsed, first_loss = pr->first_loss, last_loss = pr->last_loss;
     int64_t updates = pr->updates, skipped = pr->skipped, tokens_total = pr->tokens_total;
+    /* the construction-time step counts in the optimizer's step number, resumed or not;
+     * a resumed run's master and moments already hold its effect */
+    const int64_t init_steps = s->prec.upstream & MPX_UPSTREAM_OPT_INIT_STEP ? 1 : 0;
+    if (init_steps && pr->step == 0 && mpx_train_init_step(s, sched->base_lr, err, errlen)) return -1;
     for (int64_t step = pr->step; step < total; step++) {
         json_object_set_new(progress_j, "step", json_integer(step));
         maybe_fault(step, rec);
-        double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(sched, step);
+        double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(sched, step, updates);
         int64_t tokens;
         double scale = lsp->scale;
         if (mpx_diag_begin_step(diag, s, step, total)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
@@ -305,9 +351,11 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
         if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
         if (!skip) {
-            if (prepare_grad(s, &c, scale, &norm, err, errlen)) return -1;
+            /* FP16_Optimizer.step updates cur_scale before unscale_and_clip_grads reads it */
+            double unscale = s->prec.upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? lsp->scale : scale;
+            if (prepare_grad(s, &c, unscale, &norm, err, errlen)) return -1;
             if (mpx_diag_before_update(diag, s)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
-            if (optimizer_step(s, ++updates, lr, err, errlen)) return -1;
+            if (optimizer_step(s, ++updates + init_steps, lr, err, errlen)) return -1;
         } else {
             skipped++;
             json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));

@@ -29,4 +29,9 @@ int64_t mpx_train_total_steps(const mpx_session *s, size_t n_train);
 int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, double scale,
                        mpx_diagnostics *diag, double *loss, int *skipped, char *err, size_t errlen);
 
+/* DeepSpeed's construction-time optimizer step (precision.optimizer_init_step): one
+ * update at `lr` on zero fp32 gradients into the master (or the weights), update
+ * number 1, no write-back to the 16-bit weights. mpx_train calls it before step 0. */
+int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen);
+
 #endif

@@ -241,6 +241,9 @@ static int loss(bert *m, double *out)
         MPX_TRY(m->ops->cross_entropy(m->be, lg, m->labels[i], B, S, &l[i], mpx_a(NULL, m->dt_loss), 1.0f));
     }
     *out = 0.5 * (l[0] + l[1]);
+    /* (start_loss + end_loss) / 2 of two 16-bit scalars is a 16-bit scalar */
+    if (m->dt_loss == MPX_BF16) *out = mpx_round_bf16(mpx_round_bf16((float)(l[0] + l[1])) * 0.5f);
+    else if (m->dt_loss == MPX_F16) *out = mpx_round_f16(mpx_round_f16((float)(l[0] + l[1])) * 0.5f);
     return 0;
 }
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define MPX_ABI_MAJOR 1
-#define MPX_ABI_MINOR 0
+#define MPX_ABI_MINOR 1
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -134,7 +134,10 @@ typedef struct mpx_ops {
     /* ---- loss: cross-entropy over positions (start or end logits) ----
      * logits [rows, cols]; labels int32 [rows] in [0, cols). *loss = mean over rows
      * (computed with an fp32 log-sum-exp). If dlogits.p is non-NULL it receives
-     * dscale * (softmax - onehot) / rows. */
+     * dscale * (softmax - onehot) / rows.
+     * With fp16/bf16 logits (ABI 1.1), as PyTorch's cross_entropy on a 16-bit tensor:
+     * logp = round(x - lse) in the logits' dtype, *loss = round(mean(-logp[label])),
+     * d = round(dscale / rows), dlogits = round(exp(logp) * d - onehot * d). */
     int (*cross_entropy)(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
                          size_t cols, double *loss, mpx_arg dlogits, float dscale);
 

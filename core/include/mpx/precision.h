@@ -32,7 +32,19 @@ typedef struct mpx_precision_desc {
     uint32_t islands;      /* MPX_ISLAND_* bits */
     const char *loss_scale;/* scaler preset: none, static, pytorch, deepspeed-fp16-optimizer, ... */
     mpx_rounding rounding; /* master/update -> weights */
+    /* ABI 1.1: upstream details a policy reproduces (MPX_UPSTREAM_* bits; the core's
+     * precision.master_init, optimizer_init_step and unscale_with keys override them).
+     * A 1.0 policy's descriptor ends before this field: the host reads it as 0. */
+    uint32_t upstream;
 } mpx_precision_desc;
+
+/* DeepSpeed's FP16_Optimizer / BF16_Optimizer details (docs/PRECISION-POLICIES.md names
+ * the upstream file and version of each). */
+enum {
+    MPX_UPSTREAM_MASTER_FROM_WEIGHTS = 1u << 0, /* fp32 master = the cast 16-bit weights */
+    MPX_UPSTREAM_OPT_INIT_STEP = 1u << 1,       /* one zero-gradient optimizer step at start */
+    MPX_UPSTREAM_UNSCALE_UPDATED = 1u << 2,     /* unscale with the scale after its update */
+};
 
 /* The dtype an op's inputs/outputs use given its island bit. */
 static inline mpx_dtype mpx_island_dtype(const mpx_precision_desc *d, uint32_t island)

@@ -369,24 +369,56 @@ int cpu_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows,
 
 /* ---- cross-entropy over positions ---- */
 
+static float round_to(mpx_dtype t, float x)
+{
+    return t == MPX_BF16 ? mpx_round_bf16(x) : t == MPX_F16 ? mpx_round_f16(x) : x;
+}
+
+/* fp32 logits: loss = lse - x[label], dx = (softmax - onehot) * dscale / rows. */
+static void cross_entropy_row_f32(const row_job *j, float *r, size_t i, float factor)
+{
+    const size_t n = j->cols, label = (size_t)j->labels[i];
+    float mx = -INFINITY, sum = 0.0f;
+    for (size_t c = 0; c < n; c++) mx = r[c] > mx ? r[c] : mx;
+    for (size_t c = 0; c < n; c++) sum += expf(r[c] - mx);
+    float lse = mx + logf(sum);
+    j->row_loss[i] = (double)(lse - r[label]);
+    if (!j->dx.p) return;
+    for (size_t c = 0; c < n; c++) r[c] = (expf(r[c] - lse) - (c == label ? 1.0f : 0.0f)) * factor;
+    cpu_store(j->be, r, j->dx, i * n, n);
+}
+
+/* 16-bit logits, as PyTorch's log_softmax + nll_loss on a 16-bit tensor: the
+ * log-probabilities (fp32 max and sum inside) are rounded to the logits' dtype; the loss
+ * reads them; backward starts from d = round(dscale / rows) at the label and the
+ * log_softmax backward dx = round(exp(logp) * d - onehot * d) reads the rounded logp. */
+static void cross_entropy_row_16(const row_job *j, float *r, size_t i, float d)
+{
+    const size_t n = j->cols, label = (size_t)j->labels[i];
+    const mpx_dtype t = j->x.t;
+    float mx = -INFINITY, sum = 0.0f;
+    for (size_t c = 0; c < n; c++) mx = r[c] > mx ? r[c] : mx;
+    for (size_t c = 0; c < n; c++) sum += expf(r[c] - mx);
+    const float lsum = logf(sum);
+    for (size_t c = 0; c < n; c++) r[c] = round_to(t, (r[c] - mx) - lsum);
+    j->row_loss[i] = -(double)r[label];
+    if (!j->dx.p) return;
+    for (size_t c = 0; c < n; c++) r[c] = expf(r[c]) * d - (c == label ? d : 0.0f);
+    cpu_store(j->be, r, j->dx, i * n, n);
+}
+
 static void cross_entropy_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
     const size_t n = j->cols;
     float *r = row_buffers(j, 1);
     if (!r) return;
-    const float factor = j->dscale / (float)j->rows;
+    const int low = j->x.t == MPX_F16 || j->x.t == MPX_BF16;
+    const float factor = low ? round_to(j->x.t, j->dscale / (float)j->rows) : j->dscale / (float)j->rows;
     for (size_t i = begin; i < end; i++) {
         cpu_load(j->be, j->x, i * n, n, r);
-        float mx = -INFINITY, sum = 0.0f;
-        for (size_t c = 0; c < n; c++) mx = r[c] > mx ? r[c] : mx;
-        for (size_t c = 0; c < n; c++) sum += expf(r[c] - mx);
-        float lse = mx + logf(sum);
-        size_t label = (size_t)j->labels[i];
-        j->row_loss[i] = (double)(lse - r[label]);
-        if (!j->dx.p) continue;
-        for (size_t c = 0; c < n; c++) r[c] = (expf(r[c] - lse) - (c == label ? 1.0f : 0.0f)) * factor;
-        cpu_store(j->be, r, j->dx, i * n, n);
+        if (low) cross_entropy_row_16(j, r, i, factor);
+        else cross_entropy_row_f32(j, r, i, factor);
     }
     free(r);
 }
@@ -412,5 +444,6 @@ int cpu_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labels, size_t r
     double total = 0.0;     /* in row order: independent of threads */
     for (size_t i = 0; i < rows; i++) total += j.row_loss[i];
     *loss = total / (double)rows;
+    if (logits.t == MPX_F16 || logits.t == MPX_BF16) *loss = (double)round_to(logits.t, (float)*loss); /* a 16-bit scalar */
     return MPX_OK;
 }
