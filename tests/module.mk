@@ -6,5 +6,6 @@ $(eval $(call add_test,test_loss_scaler,tests/test_loss_scaler.c,))
 $(eval $(call add_test,test_precision,tests/test_precision.c $(TEST_SUPPORT),))
 $(eval $(call add_test,test_diagnostics,tests/test_diagnostics.c $(TEST_SUPPORT),))
 $(eval $(call add_test,test_upstream,tests/test_upstream.c,))
+$(BUILD)/tests/test_upstream: $(BUILD)/test-plugins/abi10_policy.so
 # the whole-run test loads the worked-example policy from build/test-plugins
 $(BUILD)/tests/test_diagnostics: $(BUILD)/test-plugins/fp16_noscale.so

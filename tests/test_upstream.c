@@ -166,9 +166,9 @@ Test(unscale, growth_step_divides_by_the_updated_scale)
 
 static void open_session(mpx_session *s, const char *const *ovr, size_t n)
 {
-    const char *dirs[] = { "build/plugins" };
+    const char *dirs[] = { "build/plugins", "build/test-plugins" };
     char err[4096] = "";
-    cr_assert_eq(mpx_session_open(s, dirs, 1), 0);
+    cr_assert_eq(mpx_session_open(s, dirs, 2), 0);
     int rc = mpx_session_configure(s, "configs/toy.cfg", ovr, n, err, sizeof err);
     if (!rc) rc = mpx_session_check_compat(s, err, sizeof err);
     if (!rc) rc = mpx_session_start(s, err, sizeof err);
@@ -231,5 +231,23 @@ Test(init_step, decays_the_master_once_and_leaves_weights_and_moments)
         for (size_t i = 0; i < s.numel; i++) cr_assert_eq(((const float *)s.state[st].p)[i], 0.0f);
     free(before);
     free(w0);
+    mpx_session_close(&s);
+}
+
+/* ABI 1.0 policies still load; what was their padding is not read as `upstream`. */
+Test(abi, a_1_0_policy_has_no_upstream_details)
+{
+    const char *ovr[] = { "precision.plugin=\"abi10\"" };
+    mpx_session s;
+    open_session(&s, ovr, 1);
+    cr_expect_eq(s.prec.upstream, 0u);
+    const float *master = s.master.p;
+    size_t differ = 0;
+    for (size_t i = 0; i < s.numel; i++) differ += master[i] != weight(&s, i);
+    cr_expect_gt(differ, 0, "the master should start from the fp32 init, not the cast weights");
+    mpx_session_close(&s);
+    const char *ovr2[] = { "precision.plugin=\"abi10\"", "precision.master_init=\"weights\"" };
+    open_session(&s, ovr2, 2);
+    cr_expect_eq(s.prec.upstream, (uint32_t)MPX_UPSTREAM_MASTER_FROM_WEIGHTS, "the core key still applies");
     mpx_session_close(&s);
 }

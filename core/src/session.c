@@ -141,8 +141,10 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
     mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
     memset(&s->prec, 0, sizeof s->prec);
     START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
-    /* read no field beyond the size the policy declares (an ABI 1.0 policy has no upstream) */
-    if (s->prec.size < offsetof(mpx_precision_desc, upstream) + sizeof s->prec.upstream) s->prec.upstream = 0;
+    /* An ABI 1.0 policy has no `upstream`: it sits in what was tail padding (the struct
+     * is 64 bytes either way), so the plugin's minor decides, then the declared size. */
+    if (p->rec->desc.abi_minor < 1 || s->prec.size < offsetof(mpx_precision_desc, upstream) + sizeof s->prec.upstream)
+        s->prec.upstream = 0;
     return mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen);
 }
 
