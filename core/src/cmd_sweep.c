@@ -1,4 +1,5 @@
-/* mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [-s KEY=VALUE]... [--plugin-dir DIR]... */
+/* mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [--jobs N | --executor slurm [--sbatch-args ARGS] | --status]
+ *           [-s KEY=VALUE]... [--plugin-dir DIR]... */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,11 +7,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_sweep_slurm.h"
 #include "record.h"
 #include "sweep.h"
 
 static const char sweep_usage[] =
     "usage: mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
+    "                 [--jobs N | --executor local|slurm [--sbatch-args 'ARGS'] | --status]\n"
     "  runs every cell of the sweep (the cross product of its axes) that has no finished\n"
     "  record yet, each in its own process, into <run.output_dir>/<name>/<cell>-<hash>/;\n"
     "  a cell whose plugin is not installed or declared incompatible is recorded as skipped.\n"
@@ -19,19 +22,64 @@ static const char sweep_usage[] =
     "  -s applies to every cell, before the axes (give the same -s when resuming).\n"
     "  --dry-run lists the cells and their state (todo, finished, skipped, failed, running)\n"
     "  without running anything. Writes <name>/sweep.json. Exit 0 when every cell is\n"
-    "  finished or skipped, 1 otherwise, 2 on usage or sweep-file errors.\n";
+    "  finished or skipped, 1 otherwise, 2 on usage or sweep-file errors.\n"
+    "  --jobs N runs N cells at a time on this machine, the cores split between them.\n"
+    "  --executor slurm submits those cells as one Slurm job array (resources from the sweep\n"
+    "  file's slurm group; --sbatch-args adds sbatch options; --dry-run prints the job script)\n"
+    "  and returns; cells Slurm still holds queued or running are not submitted again.\n"
+    "  --status lists every cell's state from its record and from Slurm; exit 0 when every\n"
+    "  cell is finished or skipped, 1 otherwise.\n";
 
 typedef struct sweep_opts {
-    int dry_run, retry_failed;
+    int dry_run, retry_failed, status, slurm, jobs;
+    const char *sbatch_args;
     mpx_cli cli;
 } sweep_opts;
+
+/* The value of an option that takes one, or NULL (usage printed). */
+static const char *option_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 < argc) return argv[++*i];
+    fprintf(stderr, "mpx sweep: %s needs a value\n%s", argv[*i], sweep_usage);
+    return NULL;
+}
+
+/* --jobs, --executor, --sbatch-args, --status; 1 when argv[*i] was one, -1 on a bad value. */
+static int parse_executor(sweep_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--status")) { o->status = 1; return 1; }
+    if (strcmp(a, "--jobs") && strcmp(a, "--executor") && strcmp(a, "--sbatch-args")) return 0;
+    if (!(v = option_value(argc, argv, i))) return -1;
+    if (!strcmp(a, "--sbatch-args")) { o->sbatch_args = v; return 1; }
+    if (!strcmp(a, "--executor")) {
+        if (strcmp(v, "slurm") && strcmp(v, "local")) {
+            fprintf(stderr, "mpx sweep: --executor %s: expected local or slurm\n", v);
+            return -1;
+        }
+        o->slurm = !strcmp(v, "slurm");
+        return 1;
+    }
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 1024) {
+        fprintf(stderr, "mpx sweep: --jobs %s: expected a whole number in [1, 1024]\n", v);
+        return -1;
+    }
+    o->jobs = (int)n;
+    return 1;
+}
 
 static int parse(sweep_opts *o, int argc, char **argv)
 {
     char *rest[512];
     int n = 0;
     memset(o, 0, sizeof *o);
+    o->jobs = 1;
     for (int i = 0; i < argc && n < 512; i++) {
+        int ex = parse_executor(o, argc, argv, &i);
+        if (ex < 0) return 2;
+        if (ex) continue;
         if (!strcmp(argv[i], "--dry-run")) o->dry_run = 1;
         else if (!strcmp(argv[i], "--retry-failed")) o->retry_failed = 1;
         else rest[n++] = argv[i];
@@ -42,6 +90,12 @@ static int parse(sweep_opts *o, int argc, char **argv)
         fputs(sweep_usage, stderr);
         return 2;
     }
+    if ((o->slurm && o->jobs > 1) || (o->status && (o->slurm || o->jobs > 1)) || (o->sbatch_args && !o->slurm)) {
+        fprintf(stderr, "mpx sweep: --jobs, --executor slurm and --status exclude each other, and --sbatch-args "
+                        "needs --executor slurm\n");
+        return 2;
+    }
+    if (o->status) o->dry_run = 1; /* --status writes nothing */
     return 0;
 }
 
@@ -89,8 +143,8 @@ static const char *after_run(const mpx_sweep *sw, mpx_sweep_cell *c, const mpx_c
     default: break;
     }
     if (oc->signal) snprintf(c->why, sizeof c->why, "mpx run died on signal %d before its record was complete "
-                             "(see %s/mpx.log)", oc->signal, c->dir);
-    else snprintf(c->why, sizeof c->why, "mpx run exited with %d and left no finished record (see %s/mpx.log)",
+                             "(see %.3000s/mpx.log)", oc->signal, c->dir);
+    else snprintf(c->why, sizeof c->why, "mpx run exited with %d and left no finished record (see %.3000s/mpx.log)",
                   oc->exit_code, c->dir);
     if (oc->signal) return "killed";
     mpx_sweep_write_unrun(sw, c, "failed");
@@ -136,6 +190,39 @@ static int run_cells(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *c
     return 0;
 }
 
+typedef struct parallel_ctx {
+    const sweep_opts *o;
+    const mpx_sweep *sw;
+    mpx_sweep_cell *cells;
+    const char **states;
+    const char *sweep_dir;
+    size_t k, m, *ran;
+} parallel_ctx;
+
+static void parallel_done(void *ctx, size_t i, const mpx_cell_outcome *oc)
+{
+    parallel_ctx *p = ctx;
+    mpx_sweep_cell *c = &p->cells[i];
+    c->why[0] = 0;
+    (*p->ran)++;
+    p->states[i] = after_run(p->sw, c, oc);
+    report_cell(++p->k, p->m, c, p->states[i], oc);
+    mpx_sweep_write_index(p->sw, p->sweep_dir, p->cells, p->states, p->o->cli.overrides, p->o->cli.n_overrides);
+}
+
+static int run_cells_parallel(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *cells, const char **states,
+                              const int *todo, const char *sweep_dir, size_t *ran)
+{
+    char err[1024];
+    parallel_ctx p = { o, sw, cells, states, sweep_dir, 0, 0, ran };
+    for (size_t i = 0; i < sw->n_cells; i++) p.m += (size_t)todo[i];
+    int rc = mpx_sweep_run_parallel(sw, cells, todo, o->jobs, o->cli.plugin_dirs, o->cli.n_plugin_dirs,
+                                    parallel_done, &p, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "mpx sweep: %s\n", err);
+    if (rc > 0) fprintf(stderr, "mpx sweep: interrupted; run the same command again to resume\n");
+    return rc ? -1 : 0;
+}
+
 static int summary(const mpx_sweep *sw, const char *const *states, size_t ran, const char *sweep_dir)
 {
     size_t fin = 0, skip = 0, failed = 0;
@@ -166,14 +253,24 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
         goto out;
     }
     for (size_t i = 0; i < sw->n_cells; i++) todo[i] = decide(o, sw, &cells[i], &states[i]);
+    char sweep_dir[PATH_MAX];
+    snprintf(sweep_dir, sizeof sweep_dir, "%s", cells[0].dir);
+    *strrchr(sweep_dir, '/') = 0;
+    if (o->status) {
+        rc = mpx_sweep_status_cmd(sw, cells, sweep_dir);
+        goto out;
+    }
+    if (o->slurm) {
+        mpx_sweep_slurm_opts so = { o->dry_run, o->sbatch_args, o->cli.plugin_dirs, o->cli.n_plugin_dirs,
+                                    o->cli.overrides, o->cli.n_overrides };
+        rc = mpx_sweep_slurm(sw, cells, states, todo, &so, sweep_dir);
+        goto out;
+    }
     if (o->dry_run) {
         list_cells(sw, cells, states);
         rc = 0;
         goto out;
     }
-    char sweep_dir[PATH_MAX];
-    snprintf(sweep_dir, sizeof sweep_dir, "%s", cells[0].dir);
-    *strrchr(sweep_dir, '/') = 0;
     for (size_t i = 0; i < sw->n_cells; i++)
         if (!strcmp(states[i], "skipped") || (!todo[i] && !strcmp(states[i], "failed")))
             fprintf(stderr, "mpx sweep: %s: %s: %s\n", cells[i].name, states[i],
@@ -183,7 +280,8 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
         goto out;
     }
     size_t ran = 0;
-    int interrupted = run_cells(o, sw, cells, states, todo, sweep_dir, &ran);
+    int interrupted = o->jobs > 1 ? run_cells_parallel(o, sw, cells, states, todo, sweep_dir, &ran)
+                                  : run_cells(o, sw, cells, states, todo, sweep_dir, &ran);
     rc = summary(sw, states, ran, sweep_dir);
     if (interrupted) rc = 1;
 out:

@@ -143,6 +143,9 @@ static json_t *identity(json_t *rec)
     json_object_del(flat, "run.seed");
     json_object_del(flat, "run.name");
     json_object_del(flat, "run.output_dir");
+    /* set by the sweep executors to split the cores (--jobs, Slurm); the cpu backend's
+     * results do not depend on it (plugins/backend/cpu/cpu_internal.h, test_cpu_ops) */
+    json_object_del(flat, "backend.cpu.threads");
     return flat;
 }
 

@@ -167,8 +167,8 @@ static int load_top(mpx_sweep *sw, config_t *cf, const char *path, char *err, si
     for (int i = 0; i < config_setting_length(root); i++) {
         config_setting_t *m = config_setting_get_elem(root, (unsigned)i);
         const char *k = config_setting_name(m);
-        if (strcmp(k, "name") && strcmp(k, "base") && strcmp(k, "axes"))
-            return fail(err, errlen, "%s:%d: unknown key '%s' (a sweep file holds name, base and axes)",
+        if (strcmp(k, "name") && strcmp(k, "base") && strcmp(k, "axes") && strcmp(k, "slurm"))
+            return fail(err, errlen, "%s:%d: unknown key '%s' (a sweep file holds name, base, axes and slurm)",
                         path, config_setting_source_line(m), k);
     }
     const char *s;
@@ -178,6 +178,7 @@ static int load_top(mpx_sweep *sw, config_t *cf, const char *path, char *err, si
     sw->name = config_lookup_string(cf, "name", &s) ? xstrdup(s) : default_name(path);
     if (!sw->base || !sw->name) return fail(err, errlen, "out of memory");
     if (check_name(sw->name, path, err, errlen)) return -1;
+    if (mpx_sweep_load_slurm(&sw->slurm, config_lookup(cf, "slurm"), path, err, errlen)) return -1;
     config_setting_t *axes = config_lookup(cf, "axes");
     if (!axes || !(config_setting_is_list(axes) || config_setting_is_array(axes)) || config_setting_length(axes) == 0)
         return fail(err, errlen, "%s: needs axes = ( { key = \"...\"; values = (...); }, ... ) with at least one axis", path);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "session.h"
 
@@ -28,6 +29,15 @@ typedef struct mpx_sweep_axis {
     json_t **value;   /* for records */
 } mpx_sweep_axis;
 
+/* What each array task asks Slurm for (the sweep file's `slurm` group; sweep_slurm.c). */
+typedef struct mpx_slurm_resources {
+    int cpus;             /* --cpus-per-task (per rank) */
+    int gpus;             /* --gpus-per-task (per rank); 0: none asked */
+    char memory[32];      /* --mem (per node), e.g. "8G" */
+    char time[32];        /* --time, e.g. "04:00:00" */
+    char partition[128];  /* --partition; "": the cluster's default */
+} mpx_slurm_resources;
+
 typedef struct mpx_sweep {
     char *file;       /* the sweep file as given */
     char *name;
@@ -35,11 +45,16 @@ typedef struct mpx_sweep {
     mpx_sweep_axis *axes;
     size_t n_axes;
     size_t n_cells;
+    mpx_slurm_resources slurm;
 } mpx_sweep;
 
 /* Parse and check a sweep file; errors name FILE:LINE and the key. */
 int mpx_sweep_load(mpx_sweep *sw, const char *path, char *err, size_t errlen);
 void mpx_sweep_free(mpx_sweep *sw);
+/* The `slurm` group of a sweep file (NULL: absent), defaults filled in; errors name FILE:LINE. */
+struct config_setting_t;
+int mpx_sweep_load_slurm(mpx_slurm_resources *r, const struct config_setting_t *g, const char *file,
+                         char *err, size_t errlen);
 
 /* Value index of every axis for cell `cell` (the last axis varies fastest). */
 void mpx_sweep_cell_index(const mpx_sweep *sw, size_t cell, size_t *idx);
@@ -108,5 +123,34 @@ typedef struct mpx_cell_outcome {
 int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
                    size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
                    char *err, size_t errlen);
+
+/* The child's argv (NULL-terminated, malloc'd array; the strings belong to the sweep, the
+ * cell and the caller): mpx run BASE -s OV... -s EXTRA... --out DIR [--plugin-dir D]...
+ * `extra` are executor-chosen overrides that do not change what a cell computes (its
+ * thread count), so they are not part of the cell's hash. */
+char **mpx_sweep_child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *extra, size_t n_extra,
+                            const char *const *dirs, size_t n_dirs);
+/* Start that child without waiting, its output into DIR/mpx.log. */
+int mpx_sweep_spawn(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *extra, size_t n_extra,
+                    const char *const *plugin_dirs, size_t n_dirs, pid_t *pid, char *err, size_t errlen);
+/* A waitpid status as an outcome. */
+void mpx_sweep_outcome(int status, double seconds, mpx_cell_outcome *out);
+
+/* ---- cells in parallel on one machine (sweep_parallel.c) -------------------------- */
+
+/* Cores this process may run on (its affinity mask). */
+int mpx_available_cores(void);
+/* "backend.cpu.threads=T" into buf when the cell runs the cpu backend with threads left at
+ * 0 (all cores); returns 1 then, 0 when the cell's thread count is not the executor's. */
+int mpx_sweep_threads_override(const mpx_sweep_cell *c, int threads, char *buf, size_t len);
+
+/* Called as each child exits, with the cell's index. */
+typedef void (*mpx_cell_done_fn)(void *ctx, size_t cell, const mpx_cell_outcome *oc);
+/* Run the cells with todo[i] set, `jobs` at a time, the cores split between them.
+ * 0 when every cell ran, 1 when a signal (SIGINT, SIGTERM, SIGHUP) stopped the sweep (it
+ * is passed on to the running cells, which are waited for), -1 on error (err set). */
+int mpx_sweep_run_parallel(const mpx_sweep *sw, const mpx_sweep_cell *cells, const int *todo, int jobs,
+                           const char *const *dirs, size_t n_dirs, mpx_cell_done_fn done, void *ctx,
+                           char *err, size_t errlen);
 
 #endif

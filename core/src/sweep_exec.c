@@ -23,10 +23,10 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* argv of the child; the strings belong to the sweep and the cell. */
-static char **child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *dirs, size_t n_dirs)
+char **mpx_sweep_child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *extra, size_t n_extra,
+                            const char *const *dirs, size_t n_dirs)
 {
-    size_t n = 0, cap = 8 + 2 * c->n_overrides + 2 * n_dirs;
+    size_t n = 0, cap = 8 + 2 * (c->n_overrides + n_extra) + 2 * n_dirs;
     char **argv = calloc(cap, sizeof *argv);
     if (!argv) return NULL;
     argv[n++] = "mpx";
@@ -35,6 +35,10 @@ static char **child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const cha
     for (size_t i = 0; i < c->n_overrides; i++) {
         argv[n++] = "-s";
         argv[n++] = c->overrides[i];
+    }
+    for (size_t i = 0; i < n_extra; i++) {
+        argv[n++] = "-s";
+        argv[n++] = (char *)extra[i];
     }
     argv[n++] = "--out";
     argv[n++] = (char *)c->dir;
@@ -127,24 +131,39 @@ static int spawn(char **argv, const char *log, pid_t *pid, char *err, size_t err
     return 0;
 }
 
-int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
-                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
-                   char *err, size_t errlen)
+int mpx_sweep_spawn(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *extra, size_t n_extra,
+                    const char *const *plugin_dirs, size_t n_dirs, pid_t *pid, char *err, size_t errlen)
 {
     char log[PATH_MAX + 16];
-    memset(out, 0, sizeof *out);
     if (mpx_mkdirs(c->dir) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", c->dir, strerror(errno));
         return -1;
     }
     snprintf(log, sizeof log, "%s/mpx.log", c->dir);
-    char **argv = child_argv(sw, c, plugin_dirs, n_dirs);
-    pid_t pid;
-    if (!argv || spawn(argv, log, &pid, err, errlen)) {
-        free(argv);
+    char **argv = mpx_sweep_child_argv(sw, c, extra, n_extra, plugin_dirs, n_dirs);
+    if (!argv) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
+    int rc = spawn(argv, log, pid, err, errlen);
     free(argv);
+    return rc;
+}
+
+void mpx_sweep_outcome(int status, double seconds, mpx_cell_outcome *out)
+{
+    out->seconds = seconds;
+    out->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    out->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
+                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
+                   char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    pid_t pid;
+    if (mpx_sweep_spawn(sw, c, NULL, 0, plugin_dirs, n_dirs, &pid, err, errlen)) return -1;
     double t0 = now_s();
     long total = 0;
     int status = 0;
@@ -161,8 +180,6 @@ int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *con
         }
     }
     if (tty) fputs("\r\033[K", stderr);
-    out->seconds = now_s() - t0;
-    out->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    out->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    mpx_sweep_outcome(status, now_s() - t0, out);
     return 0;
 }
