@@ -8,6 +8,7 @@ LIB_SRCS += core/src/sweep.c core/src/sweep_plan.c core/src/sweep_record.c core/
             core/src/diff.c core/src/diff_sweep.c core/src/cmd_diff.c \
             core/src/plot.c core/src/cmd_plot.c
 $(eval $(call add_test,test_sweep,tests/test_sweep.c $(TEST_SHELL),))
+$(eval $(call add_test,test_sweep_slurm,tests/test_sweep_slurm.c $(TEST_SHELL),))
 $(eval $(call add_test,test_matrix,tests/test_matrix.c $(TEST_SHELL),))
 $(eval $(call add_test,test_paired,tests/test_paired.c $(TEST_SHELL),))
 $(eval $(call add_test,test_diff,tests/test_diff.c $(TEST_SHELL),))

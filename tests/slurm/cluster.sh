@@ -11,6 +11,14 @@ cmd=${1:?start|stop}; dir=${2:?DIR}
 
 stop() {
     local f pid
+    # jobs still queued or running on this cluster first, so no job step outlives it
+    if [ -s "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+        SLURM_CONF="$dir/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null
+        for _ in $(seq 30); do
+            [ -z "$(SLURM_CONF="$dir/slurm.conf" squeue -h 2>/dev/null)" ] && break
+            sleep 0.2
+        done
+    fi
     for f in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
         [ -s "$f" ] || continue
         pid=$(cat "$f")
@@ -28,8 +36,6 @@ stop() {
         [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
         rm -f "$f"
     done
-    # job steps that slurmd left behind (slurmstepd), found by the spool folder
-    pkill -KILL -f "$dir/spool" 2>/dev/null
     return 0
 }
 
