@@ -267,3 +267,23 @@ Test(sweep, cell_folders_ignore_where_and_how_often_state_is_saved)
     free(file);
     free(dir);
 }
+
+/* --max-cells N: at most N unfinished cells in order, then exit 1 (cells left); the next
+ * call goes on where it stopped. */
+Test(sweep, max_cells_runs_a_study_in_parts)
+{
+    char *dir = ts_tmpdir("sweep-parts"), out[65536];
+    char *file = sweep_file(dir, "p", "{ key = \"optimizer.lr\"; values = (0.05, 0.1); },"
+                                      "{ key = \"run.seed\"; values = (1, 2); }");
+    cr_assert_eq(sweep(dir, file, "", "--max-cells 1", out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "1 finished") && strstr(out, "3 unfinished; ran 1 now"), "%s", out);
+    cr_assert_eq(sweep(dir, file, "", "--dry-run", out, sizeof out), 0);
+    cr_expect(strstr(out, "finished  0.05_1") && strstr(out, "todo      0.05_2"), "%s", out);
+    cr_assert_eq(sweep(dir, file, "", "--max-cells 2", out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "3 finished") && strstr(out, "ran 2 now"), "%s", out);
+    cr_assert_eq(sweep(dir, file, "", "--max-cells 5", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "4 finished") && strstr(out, "ran 1 now"), "%s", out);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(file);
+    free(dir);
+}

@@ -12,14 +12,15 @@
 #include "sweep.h"
 
 static const char sweep_usage[] =
-    "usage: mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
-    "                 [--jobs N | --executor local|slurm [--sbatch-args 'ARGS'] | --status]\n"
+    "usage: mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [--max-cells N] [-s KEY=VALUE]...\n"
+    "                 [--plugin-dir DIR]... [--jobs N | --executor local|slurm [--sbatch-args 'ARGS'] | --status]\n"
     "  runs every cell of the sweep (the cross product of its axes) that has no finished\n"
     "  record yet, each in its own process, into <run.output_dir>/<name>/<cell>-<hash>/;\n"
     "  a cell whose plugin is not installed or declared incompatible is recorded as skipped.\n"
     "  Killed and unfinished cells are run again (from their train_state checkpoint when\n"
     "  they have one); failed ones only with --retry-failed.\n"
     "  -s applies to every cell, before the axes (give the same -s when resuming).\n"
+    "  --max-cells N runs at most N cells, in order, then stops (a long study in parts).\n"
     "  --dry-run lists the cells and their state (todo, finished, skipped, failed, running)\n"
     "  without running anything. Writes <name>/sweep.json. Exit 0 when every cell is\n"
     "  finished or skipped, 1 otherwise, 2 on usage or sweep-file errors.\n"
@@ -32,6 +33,7 @@ static const char sweep_usage[] =
 
 typedef struct sweep_opts {
     int dry_run, retry_failed, status, slurm, jobs;
+    long max_cells; /* 0: all */
     const char *sbatch_args;
     mpx_cli cli;
 } sweep_opts;
@@ -82,6 +84,14 @@ static int parse(sweep_opts *o, int argc, char **argv)
         if (ex) continue;
         if (!strcmp(argv[i], "--dry-run")) o->dry_run = 1;
         else if (!strcmp(argv[i], "--retry-failed")) o->retry_failed = 1;
+        else if (!strcmp(argv[i], "--max-cells") && i + 1 < argc) {
+            char *end;
+            o->max_cells = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || o->max_cells < 1) {
+                fprintf(stderr, "mpx sweep: --max-cells %s: a positive integer\n", argv[i]);
+                return 2;
+            }
+        }
         else rest[n++] = argv[i];
     }
     int rc = mpx_cli_parse(&o->cli, n, rest, sweep_usage);
@@ -252,7 +262,11 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
         fprintf(stderr, "mpx sweep: %s: %s\n", sw->file, err);
         goto out;
     }
-    for (size_t i = 0; i < sw->n_cells; i++) todo[i] = decide(o, sw, &cells[i], &states[i]);
+    long left = o->max_cells > 0 ? o->max_cells : (long)sw->n_cells;
+    for (size_t i = 0; i < sw->n_cells; i++) {
+        todo[i] = decide(o, sw, &cells[i], &states[i]);
+        if (todo[i] && !o->dry_run && !o->status && left-- <= 0) todo[i] = 0; /* --max-cells: later */
+    }
     char sweep_dir[PATH_MAX];
     snprintf(sweep_dir, sizeof sweep_dir, "%s", cells[0].dir);
     *strrchr(sweep_dir, '/') = 0;
