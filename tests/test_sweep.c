@@ -287,3 +287,30 @@ Test(sweep, max_cells_runs_a_study_in_parts)
     free(file);
     free(dir);
 }
+
+/* set = (...): overrides every cell takes after the user's -s and before the axes; a
+ * malformed item names the file and line. */
+Test(sweep, set_overrides_every_cell)
+{
+    char *dir = ts_tmpdir("sweep-set"), base[PATH_MAX], text[3 * PATH_MAX], file[PATH_MAX], out[65536], rec[PATH_MAX];
+    cr_assert_not_null(realpath("configs/toy.cfg", base));
+    snprintf(text, sizeof text, "name = \"s\";\nbase = \"%s\";\nset = (\"train.max_steps=3\", \"run.seed=9\");\n"
+             "axes = ( { key = \"run.seed\"; values = (4); } );\n", base);
+    snprintf(file, sizeof file, "%s/s.cfg", dir);
+    ts_write_file(file, text);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.max_steps=50 "
+                       "2>/dev/null", file, dir), 0, "%s", out);
+    cr_assert_eq(ts_sh(rec, sizeof rec, "ls -d %s/out/s/4-*/run.json | head -1 | tr -d '\\n'", dir), 0);
+    json_t *r = load(rec);
+    json_t *eff = json_object_get(json_object_get(r, "config"), "effective");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "train"), "max_steps")), 3, "set beats -s");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "run"), "seed")), 4, "the axis beats set");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r, "metrics"), "steps")), 3);
+    json_decref(r);
+    snprintf(text, sizeof text, "base = \"%s\";\nset = (\"max_steps\");\naxes = ( { key = \"run.seed\"; values = (4); } );\n", base);
+    ts_write_file(file, text);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", file), 2);
+    cr_expect(strstr(out, "s.cfg:2: set: item 1 is not \"GROUP.KEY=VALUE\""), "%s", out);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}

@@ -167,9 +167,24 @@ static int load_top(mpx_sweep *sw, config_t *cf, const char *path, char *err, si
     for (int i = 0; i < config_setting_length(root); i++) {
         config_setting_t *m = config_setting_get_elem(root, (unsigned)i);
         const char *k = config_setting_name(m);
-        if (strcmp(k, "name") && strcmp(k, "base") && strcmp(k, "axes") && strcmp(k, "slurm"))
-            return fail(err, errlen, "%s:%d: unknown key '%s' (a sweep file holds name, base, axes and slurm)",
+        if (strcmp(k, "name") && strcmp(k, "base") && strcmp(k, "axes") && strcmp(k, "slurm") && strcmp(k, "set"))
+            return fail(err, errlen, "%s:%d: unknown key '%s' (a sweep file holds name, base, set, axes and slurm)",
                         path, config_setting_source_line(m), k);
+    }
+    config_setting_t *set = config_lookup(cf, "set");
+    if (set) {
+        int line = config_setting_source_line(set);
+        if (!(config_setting_is_list(set) || config_setting_is_array(set)))
+            return fail(err, errlen, "%s:%d: set: a list of \"KEY=VALUE\" strings, e.g. set = (\"train.epochs=0\");", path, line);
+        sw->n_set = (size_t)config_setting_length(set);
+        if (!(sw->set = calloc(sw->n_set + 1, sizeof *sw->set))) return fail(err, errlen, "out of memory");
+        for (size_t i = 0; i < sw->n_set; i++) {
+            const char *v = config_setting_get_string_elem(set, (int)i);
+            const char *eq = v ? strchr(v, '=') : NULL;
+            if (!eq || eq == v || !memchr(v, '.', (size_t)(eq - v)))
+                return fail(err, errlen, "%s:%d: set: item %zu is not \"GROUP.KEY=VALUE\" (a string)", path, line, i + 1);
+            if (!(sw->set[i] = xstrdup(v))) return fail(err, errlen, "out of memory");
+        }
     }
     const char *s;
     if (!config_lookup_string(cf, "base", &s))
@@ -224,6 +239,8 @@ int mpx_sweep_load(mpx_sweep *sw, const char *path, char *err, size_t errlen)
 
 void mpx_sweep_free(mpx_sweep *sw)
 {
+    for (size_t i = 0; sw->set && i < sw->n_set; i++) free(sw->set[i]);
+    free(sw->set);
     for (size_t i = 0; i < sw->n_axes; i++) {
         mpx_sweep_axis *a = &sw->axes[i];
         for (size_t j = 0; j < a->n; j++) {

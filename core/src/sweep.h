@@ -3,14 +3,16 @@
  *
  *   name = "toy";                               (optional; default: the file's base name)
  *   base = "../toy.cfg";
+ *   set = ("train.epochs=2");                   (optional: overrides of every cell)
  *   axes = ( { key = "optimizer.lr"; values = (0.05, 0.1); },
  *            { key = "run.seed";     values = (1, 2, 3); } );
  *
- * Each cell is the base plus one `-s KEY=VALUE` per axis (the value rendered as a
- * libconfig literal). Its record folder is <run.output_dir>/<sweep name>/<readable>-<hash>:
- * the readable part joins the axis values, the hash is the first 8 hex digits of the
- * sha256 of the cell's effective configuration text with run.output_dir blanked (where
- * records go does not change what a cell computes). */
+ * Each cell is the base plus the user's -s, then the file's `set`, then one `-s KEY=VALUE`
+ * per axis (the value rendered as a libconfig literal). Its record folder is
+ * <run.output_dir>/<sweep name>/<readable>-<hash>: the readable part joins the axis
+ * values, the hash is the first 8 hex digits of the sha256 of what the cell's
+ * configuration sets (schema defaults left out, run.output_dir blanked,
+ * train.checkpoint_every left out: see sweep_plan.c). */
 #ifndef MPX_SWEEP_H
 #define MPX_SWEEP_H
 
@@ -44,6 +46,8 @@ typedef struct mpx_sweep {
     char *base;       /* resolved against the sweep file's folder */
     mpx_sweep_axis *axes;
     size_t n_axes;
+    char **set;       /* the file's fixed overrides, "KEY=VALUE" */
+    size_t n_set;
     size_t n_cells;
     mpx_slurm_resources slurm;
 } mpx_sweep;

@@ -37,11 +37,13 @@ static int build_cell(const mpx_sweep *sw, size_t cell, const char *const *user_
     memset(c, 0, sizeof *c);
     c->index = cell;
     mpx_sweep_cell_index(sw, cell, idx);
-    c->overrides = calloc(n_user + sw->n_axes, sizeof *c->overrides);
+    c->overrides = calloc(n_user + sw->n_set + sw->n_axes, sizeof *c->overrides);
     c->axes = json_object();
     if (!c->overrides || !c->axes) return -1;
     for (size_t i = 0; i < n_user; i++)
         if (!(c->overrides[c->n_overrides++] = xstrdup(user_ov[i]))) return -1;
+    for (size_t i = 0; i < sw->n_set; i++)
+        if (!(c->overrides[c->n_overrides++] = xstrdup(sw->set[i]))) return -1;
     for (size_t a = 0; a < sw->n_axes; a++) {
         const mpx_sweep_axis *ax = &sw->axes[a];
         size_t need = strlen(ax->key) + strlen(ax->literal[idx[a]]) + 2;
