@@ -113,6 +113,12 @@ static int load_runs(mpx_matrix *m, const char *dir, char *err, size_t errlen)
         const char *why = json_string_value(json_object_get(r->rec, "reason"));
         if (!why) why = json_string_value(json_object_get(r->rec, "error"));
         r->why = why ? why : "";
+        json_t *pg = json_object_get(r->rec, "progress");
+        if (!why && strcmp(r->status, "finished") && json_is_integer(json_object_get(pg, "step")))
+            snprintf(r->progress, sizeof r->progress, "at step %lld of %lld",
+                     (long long)json_integer_value(json_object_get(pg, "step")),
+                     (long long)json_integer_value(json_object_get(pg, "total_steps")));
+        if (r->progress[0]) r->why = r->progress;
     }
     mpx_free_list(dirs, n);
     return 0;

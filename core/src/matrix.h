@@ -20,6 +20,7 @@ typedef struct mpx_matrix_run {
     json_t *rec;         /* run.json */
     const char *status;  /* borrowed from rec */
     const char *why;     /* reason / error, borrowed; "" when none */
+    char progress[64];   /* unfinished runs: "at step N of M" from the record, else "" */
     size_t row, col;
 } mpx_matrix_run;
 
