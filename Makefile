@@ -95,11 +95,16 @@ run: all
 	$(MAKE) --no-print-directory data
 	$(MAKE) --no-print-directory model
 	$(BUILD)/bin/mpx sweep configs/sweeps/quick.cfg
+	@echo
+	@echo "== this run: runs/quick (MiniLM-L6, 81 steps, 200 dev questions; EM/F1 differences at this scale are noise) =="
 	$(BUILD)/bin/mpx matrix runs/quick --rows precision.plugin \
 	    --metric exact_match,f1,skipped_steps,overflow_count,memory.bytes_per_param
 	$(BUILD)/bin/mpx matrix runs/quick --rows precision.plugin --metric metrics.diagnostics.ffn.stalled_frac,metrics.diagnostics.attention.stalled_frac,metrics.diagnostics.attention.underflow_frac
 	$(BUILD)/bin/mpx plot runs/quick -o runs/quick/loss.svg
 	@echo "plot: runs/quick/loss.svg"
+	@echo
+	@echo "== the committed study: results/bingbert-repro (protocol A: MiniLM-L6, 3,049 steps, 2,000 dev questions; docs/STUDY.md), not re-run here =="
+	$(BUILD)/bin/mpx matrix results/bingbert-repro/main --rows precision.plugin --metric exact_match,f1,final_loss --paired fp32
 
 clean:
 	rm -rf $(BUILD)

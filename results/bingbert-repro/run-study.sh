@@ -9,13 +9,15 @@
 #
 # One cell is about 35-60 minutes on 2 cores (MiniLM-L6, 3,049 steps of 3 windows, then
 # 2,000 dev questions); the whole study is about 20 cells.
+#   ORDER="main amp" bash ...   only those parts (sweep files), in that order
+#   BEFORE_CELL='cmd'           run before every cell (e.g. rebuild MPX from a newer tree)
 set -u
-cd "$(dirname "$0")/../.."
+cd "${STUDY_ROOT:-$(dirname "$0")/../..}"
 MPX=${MPX:-build/bin/mpx}
 STUDY=results/bingbert-repro
 # seed 1 of the report's three modes, then what needs their weights or compares with them,
 # then the other seeds, then the other policies
-ORDER="main-seed1 eval-logits islands main amp pure-bf16 lr"
+ORDER=${ORDER:-"main-seed1 eval-logits islands main amp pure-bf16 lr"}
 for part in $ORDER; do
     while :; do
         [ -n "${BEFORE_CELL:-}" ] && eval "$BEFORE_CELL"
