@@ -19,6 +19,8 @@ static const mpx_option run_opts[] = {
     OPT("name", MPX_OPT_STRING, "\"run\"", NORANGE, "run name: the folder under output_dir"),
     OPT("output_dir", MPX_OPT_STRING, "\"runs\"", NORANGE, "where runs write their records"),
     OPT("seed", MPX_OPT_INT, "42", RANGE(0, INFINITY), "the run's random seed"),
+    OPT("max_memory", MPX_OPT_FLOAT, "0", RANGE(0, INFINITY),
+        "bytes the model state may take (e.g. 8e9); 0 = the machine's physical memory"),
 };
 
 static const mpx_option data_opts[] = {

@@ -7,6 +7,7 @@
 
 #include "core_schema.h"
 #include "decay.h"
+#include "memory_plan.h"
 #include "session.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
@@ -171,11 +172,15 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     return 0;
 }
 
-static size_t param_numel(const mpx_param_info *p)
+/* Elements of one parameter in checked arithmetic; -1 when a dimension is negative or
+ * the product overflows. */
+static int param_numel(const mpx_param_info *p, size_t *n)
 {
-    size_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
-    return n;
+    *n = 1;
+    if (p->ndim < 0 || p->ndim > MPX_MAX_DIMS) return -1;
+    for (int d = 0; d < p->ndim; d++)
+        if (p->shape[d] < 0 || __builtin_mul_overflow(*n, (size_t)p->shape[d], n)) return -1;
+    return 0;
 }
 
 /* No-decay flags of every tensor: the model's defaults, or optimizer.no_decay substrings
@@ -237,7 +242,14 @@ static int plan_pieces(mpx_session *s, char *err, size_t errlen)
     size_t off = 0;
     for (size_t i = 0; i < s->n_params; i++) {
         const mpx_param_info *p = mv->param(m->self, i);
-        size_t n = param_numel(p);
+        size_t n;
+        /* sizes come from files (config.json): a wrapped sum would under-allocate */
+        if (param_numel(p, &n) || __builtin_add_overflow(off, n, &(size_t){ 0 }) || off + n > ((size_t)1 << 48)) {
+            snprintf(err, errlen, "%s: parameter '%s' (%d dimensions) takes the model past 2^48 elements: "
+                     "its sizes overflow", m->env.label, p->name, p->ndim);
+            free(no_decay);
+            return -1;
+        }
         s->offsets[i] = off;
         s->pieces[i] = (mpx_piece){ .param = i, .offset = off, .len = n, .tensor_offset = 0,
                                     .tensor_numel = n, .weight_decay = no_decay[i] ? 0.0f : (float)wd,
@@ -272,9 +284,17 @@ static int fill_weights(mpx_session *s, char *err, size_t errlen)
     return rc;
 }
 
+int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
+{
+    if (!s->offsets && plan_pieces(s, err, errlen)) return -1;
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    int n_state = o->rec->vt.optimizer.n_state(o->self);
+    return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
+}
+
 int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
-    if (plan_pieces(s, err, errlen)) return -1;
+    if (mpx_session_plan(s, err, errlen)) return -1;
     const mpx_precision_desc *d = &s->prec;
     size_t n = s->numel;
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, n * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);

@@ -81,6 +81,10 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen);
 /* Instantiate backend, precision (+ core overrides), comm, zero, model, optimizer. */
 int mpx_session_start(mpx_session *s, char *err, size_t errlen);
 
+/* The parameter layout and the memory plan (memory_plan.h), nothing allocated: refuses
+ * sizes that overflow and a plan over run.max_memory or the machine's memory. */
+int mpx_session_plan(mpx_session *s, char *err, size_t errlen);
+
 /* Allocate the flat model state and fill the weights from the model (checkpoint or
  * random init); max_batch/max_seq size the model's activations. */
 int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);

@@ -107,6 +107,9 @@ size_t bert_head_param(const bert *m, int which); /* 0 weight, 1 bias */
 int bert_find_param(const bert *m, const char *name);
 
 /* bert_checkpoint.c */
+/* Shapes in the checkpoint's safetensors headers against config.json's, nothing read
+ * or allocated beyond the headers. */
+int bert_check_checkpoint(const bert *m);
 int bert_init_weights(bert *m, float *flat, const size_t *offsets, uint64_t seed);
 int bert_save(bert *m, const char *dir, const float *flat, const size_t *offsets);
 void bert_init_normal(float *dst, size_t n, float std, uint64_t seed, uint32_t site);

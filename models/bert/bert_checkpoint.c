@@ -96,6 +96,46 @@ static int unexpected(const bert *m, const st_file *sf, const st_tensor *t)
     return MPX_FAIL(m->env, "%s: unexpected tensor '%s'", sf->path, t->name);
 }
 
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Every tensor of `sf` that names a parameter has that parameter's shape. */
+static int check_file_shapes(const bert *m, const st_file *sf, int allow_ignored)
+{
+    char name[256];
+    for (size_t k = 0; k < sf->n; k++) {
+        canonical_name(sf->t[k].name, name, sizeof name);
+        if (allow_ignored && is_ignored(name)) continue;
+        int i = bert_find_param(m, name);
+        if (i < 0) return unexpected(m, sf, &sf->t[k]);
+        MPX_TRY(check_shape(m, sf, &sf->t[k], (size_t)i));
+    }
+    return 0;
+}
+
+/* The checkpoint's shapes against config.json's, from the safetensors headers alone,
+ * before the host allocates anything (a config.json that disagrees with its
+ * model.safetensors must not cost the memory its sizes imply). */
+int bert_check_checkpoint(const bert *m)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", m->ckpt_dir);
+    const char *files[2] = { !m->random_init && file_exists(path) ? path : NULL,
+                             m->extra_tensors && *m->extra_tensors ? m->extra_tensors : NULL };
+    for (int f = 0; f < 2; f++) {
+        if (!files[f]) continue;
+        st_file sf;
+        MPX_TRY(st_open(m->env, files[f], &sf));
+        int rc = check_file_shapes(m, &sf, f == 0);
+        st_close(&sf);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* Load every tensor of `sf` that names a parameter; seen[i] marks the ones loaded. */
 static int load_file(bert *m, st_file *sf, float *flat, const size_t *off, char *seen, int allow_ignored)
 {
@@ -165,11 +205,6 @@ static int load_checkpoint(bert *m, const char *path, float *flat, const size_t 
     return rc;
 }
 
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
 
 int bert_init_weights(bert *m, float *flat, const size_t *offsets, uint64_t seed)
 {

@@ -83,6 +83,7 @@ static int bert_create(mpx_env *env, void **self)
     m->env = env;
     int rc = read_options(m);
     if (!rc) rc = bert_params_build(m);
+    if (!rc) rc = bert_check_checkpoint(m);
     if (rc) { bert_destroy(m); return rc; }
     *self = m;
     return 0;

@@ -1,0 +1,112 @@
+/* Hostile checkpoint folders (issue 15): a config.json whose sizes disagree with its
+ * model.safetensors used to allocate and initialise the weights and grads those sizes
+ * imply (~20 GB, killed by the OOM killer, run.json left "running", even under mpx eval);
+ * sizes within bounds whose parameter count wraps size_t overflowed a heap buffer. Now
+ * the shapes are compared from the safetensors header before any allocation, sizes are
+ * checked arithmetic, and the memory plan is refused with the plan in the message, by
+ * mpx check as by mpx run/eval. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+
+static char out[16384];
+
+/* A copy of the tiny fixture checkpoint with config.json keys replaced
+ * ("KEY": VALUE, ...); without model.safetensors when `weights` is 0. */
+static char *hostile_checkpoint(const char *changes, int weights)
+{
+    char *d = ts_tmpdir("hostile-ckpt"), path[512];
+    cr_assert_eq(ts_sh(NULL, 0, "cp tests/fixtures/bert/tiny/vocab.txt %s/", d), 0);
+    if (weights) cr_assert_eq(ts_sh(NULL, 0, "cp tests/fixtures/bert/tiny/model.safetensors %s/", d), 0);
+    snprintf(path, sizeof path, "%s/config.json", d);
+    json_t *cfg = ts_load_json("tests/fixtures/bert/tiny/config.json");
+    json_error_t e;
+    char text[1024];
+    snprintf(text, sizeof text, "{%s}", changes);
+    json_t *ch = json_loads(text, 0, &e);
+    cr_assert_not_null(ch, "%s: %s", text, e.text);
+    json_object_update(cfg, ch);
+    cr_assert_eq(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    json_decref(ch);
+    return d;
+}
+
+/* mpx CMD on the tiny SQuAD config from checkpoint `d`: the exit code; output in `out`. */
+static int mpx_on(const char *cmd, const char *d, const char *extra)
+{
+    return ts_sh(out, sizeof out, "build/bin/mpx %s configs/tiny_squad.cfg -s 'model.checkpoint=\"%s\"' %s %s%s 2>&1",
+                 cmd, d, extra, strcmp(cmd, "check") ? "--out " : "", strcmp(cmd, "check") ? d : "");
+}
+
+static void expect_record_failed(const char *d, const char *why)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/run.json", d);
+    json_t *j = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+    const char *err = json_string_value(json_object_get(j, "error"));
+    cr_expect(err && strstr(err, why), "run.json error: %s", err ? err : "(none)");
+    json_decref(j);
+}
+
+static void expect_shapes_refused(const char *key, const char *tensor)
+{
+    char change[128], want[256];
+    snprintf(change, sizeof change, "\"%s\": 16777216", key);
+    char *d = hostile_checkpoint(change, 1);
+    snprintf(want, sizeof want, "%s", tensor);
+    static const char *const cmds[] = { "check", "eval", "run" };
+    for (int i = 0; i < 3; i++) {
+        int rc = mpx_on(cmds[i], d, "");
+        cr_expect_eq(rc, 1, "mpx %s: exit %d\n%s", cmds[i], rc, out);
+        cr_expect(strstr(out, want) != NULL && strstr(out, "has shape") != NULL && strstr(out, "16777216") != NULL,
+                  "mpx %s:\n%s", cmds[i], out);
+        if (i) expect_record_failed(d, want);
+    }
+    free(d);
+}
+
+Test(hostile_checkpoint, a_vocab_size_the_weights_do_not_have_is_refused_before_allocating, .timeout = 30)
+{
+    expect_shapes_refused("vocab_size", "embeddings.word_embeddings.weight");
+}
+
+Test(hostile_checkpoint, an_intermediate_size_the_weights_do_not_have_is_refused_before_allocating, .timeout = 30)
+{
+    expect_shapes_refused("intermediate_size", "encoder.layer.0.intermediate.dense.");
+}
+
+/* Each size within config.json's bounds, the parameter count past 2^64: refused, named. */
+Test(hostile_checkpoint, sizes_whose_parameter_count_wraps_are_refused, .timeout = 30)
+{
+    char *d = hostile_checkpoint("\"num_hidden_layers\": 1000, \"hidden_size\": 1073741824, \"num_attention_heads\": 1, "
+                                 "\"intermediate_size\": 1073741824", 0);
+    for (int i = 0; i < 2; i++) {
+        int rc = mpx_on(i ? "eval" : "check", d, "");
+        cr_expect_eq(rc, 1, "exit %d\n%s", rc, out);
+        cr_expect(strstr(out, "its sizes overflow") != NULL, "%s", out);
+    }
+    free(d);
+}
+
+/* Sizes that fit but no machine here holds: the memory plan is the error. */
+Test(hostile_checkpoint, a_memory_plan_past_the_machine_or_max_memory_is_refused_with_the_plan, .timeout = 30)
+{
+    char *d = hostile_checkpoint("\"num_hidden_layers\": 64, \"hidden_size\": 65536, \"num_attention_heads\": 1, "
+                                 "\"intermediate_size\": 65536", 0);
+    int rc = mpx_on("check", d, "");
+    cr_expect_eq(rc, 1, "exit %d\n%s", rc, out);
+    cr_expect(strstr(out, "more than this machine's physical memory") != NULL && strstr(out, "weights ") != NULL &&
+              strstr(out, "opt_state ") != NULL, "%s", out);
+    free(d);
+    /* the tiny model itself under a 1 MB cap */
+    rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s run.max_memory=1e6 2>&1");
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(out, "more than run.max_memory (0.001 GB)") != NULL, "%s", out);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s run.max_memory=1e9 2>&1"), 0, "%s", out);
+}
