@@ -135,6 +135,7 @@ static double tensor_error(const fixture *f, const float *x, json_t *ref, size_t
     size_t off = 0;
     for (size_t t = 0; t < N_TENSORS; t++) {
         double et = rel_error(x, ref, off, f->numel[t]);
+        if (isnan(et)) { *worst = t; return NAN; } /* a NaN anywhere is the worst error */
         if (et > e || t == 0) { e = et; *worst = t; }
         off += f->numel[t];
     }
