@@ -18,24 +18,7 @@ TestSuite(bert_save, .fini = tb_cleanup);
 #define TINY_REF "tests/fixtures/bert/tiny_ref.safetensors"
 #define MINILM "models/checkpoints/minilm-l6"
 
-/* The fixture's inputs (and labels when `labels`) as a batch. */
-static void ref_batch(tb_model *t, fx_file *fx, tb_batch *b, int labels, int training, uint32_t tick)
-{
-    memset(b, 0, sizeof *b);
-    int64_t sh[2] = { 0, 0 };
-    static const char *const in[3] = { "input_ids", "segment_ids", "input_mask" };
-    for (int i = 0; i < 3; i++) {
-        const int32_t *d = fx_i32(fx, in[i], NULL, sh);
-        cr_assert(d, "fixture has no %s", in[i]);
-        tb_batch_add(t, b, in[i], d, 2, sh[0], sh[1]);
-    }
-    if (labels) {
-        tb_batch_add(t, b, "start_positions", fx_i32(fx, "start_positions", NULL, NULL), 1, sh[0], 0);
-        tb_batch_add(t, b, "end_positions", fx_i32(fx, "end_positions", NULL, NULL), 1, sh[0], 0);
-    }
-    b->b.training = training;
-    b->b.tick = tick;
-}
+#define ref_batch tb_ref_batch
 
 static void open_tiny(tb_model *t, const char *opts, int max_b, int max_s)
 {
@@ -431,7 +414,11 @@ Test(bert_precision, amp_fp16_and_bf16_policies_run_and_stay_close_to_pytorch_fp
     mpx_precision_desc amp = policy(MPX_F32, MPX_F16, MPX_F16, amp_islands);
     check_policy("amp", amp, 1.0f, 2e-3, 1.5e-2);
     check_policy("fp16-scaled", policy(MPX_F16, MPX_F16, MPX_F16, 0), 1024.0f, 4e-3, 1.5e-2);
-    check_policy("bf16", policy(MPX_BF16, MPX_BF16, MPX_BF16, 0), 1.0f, 3e-2, 1e-1);
+    /* bf16 against the fp32 reference: PyTorch's own .bfloat16() model is 0.008 from it on
+     * the logits and up to 0.076 on a gradient (tiny_bf16_model.safetensors); mpx is at
+     * 0.012 and 0.042, and test_bert_lowp.c holds every bf16 gradient to 1.5x PyTorch's
+     * distance. The bounds here are mpx's figures with room for thread-order changes. */
+    check_policy("bf16", policy(MPX_BF16, MPX_BF16, MPX_BF16, 0), 1.0f, 2e-2, 6e-2);
     mpx_precision_desc amp32 = amp;
     amp32.eval_logits = MPX_F32;
     check_policy("amp, fp32 eval logits", amp32, 1.0f, 2e-3, 1.5e-2);

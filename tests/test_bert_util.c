@@ -235,3 +235,21 @@ void tb_copy(const char *src, const char *dst)
     tb_write(dst, b, n);
     free(b);
 }
+
+void tb_ref_batch(tb_model *t, fx_file *fx, tb_batch *b, int labels, int training, uint32_t tick)
+{
+    memset(b, 0, sizeof *b);
+    int64_t sh[2] = { 0, 0 };
+    static const char *const in[3] = { "input_ids", "segment_ids", "input_mask" };
+    for (int i = 0; i < 3; i++) {
+        const int32_t *d = fx_i32(fx, in[i], NULL, sh);
+        cr_assert(d, "fixture has no %s", in[i]);
+        tb_batch_add(t, b, in[i], d, 2, sh[0], sh[1]);
+    }
+    if (labels) {
+        tb_batch_add(t, b, "start_positions", fx_i32(fx, "start_positions", NULL, NULL), 1, sh[0], 0);
+        tb_batch_add(t, b, "end_positions", fx_i32(fx, "end_positions", NULL, NULL), 1, sh[0], 0);
+    }
+    b->b.training = training;
+    b->b.tick = tick;
+}

@@ -53,6 +53,8 @@ typedef struct tb_batch {
 } tb_batch;
 void tb_batch_add(tb_model *t, tb_batch *b, const char *name, const int32_t *data, int ndim, int64_t d0, int64_t d1);
 void tb_batch_free(tb_model *t, tb_batch *b);
+/* A fixture's input_ids, segment_ids, input_mask (and start/end_positions when `labels`). */
+void tb_ref_batch(tb_model *t, fx_file *fx, tb_batch *b, int labels, int training, uint32_t tick);
 
 /* ‖a − b‖ / ‖b‖ */
 double rel_err(const float *a, const float *b, size_t n);

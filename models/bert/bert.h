@@ -86,7 +86,11 @@ typedef struct bert {
     void *gff, *gff2;         /* [T, I] grads */
     void *logits[2];          /* [T] start / end, as output (act or eval dtype) */
     void *loss_logits[2];     /* [T] in the loss dtype when that differs */
-    void *dlogits[2];         /* [T] loss dtype */
+    void *dlogits[2];         /* [T] act dtype: the logits' gradient as it enters the head */
+    /* amp (fp32 grads, 16-bit activations): autocast's weight and bias gradients are
+     * 16-bit matmul / sum outputs, widened into the fp32 grads; this holds one tensor's */
+    int widen_grads;
+    void *wgrad_low;          /* [largest weight tensor] act dtype, or NULL */
     float *mask;              /* [B, S] additive fp32 */
     int32_t *pos_ids;         /* [B, S] backend */
     int32_t *h_ids, *h_pos;   /* host copies for validation and position ids */

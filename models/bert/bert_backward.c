@@ -7,6 +7,23 @@
 
 #include <math.h>
 
+/* dW [out, in] (+)= dy^T x and db [out] (+)= sum_rows dy, into the grads `gw`, `gb`.
+ * Under amp they are what autocast makes them: the matmul and the sum output 16-bit
+ * values (one rounding each), which AccumulateGrad widens into the fp32 .grad. */
+static int weight_grads(bert *m, mpx_arg dy, mpx_arg x, mpx_arg gw, mpx_arg gb, int T, int in, int out, int acc)
+{
+    if (!m->widen_grads) {
+        MPX_TRY(bert_gemm(m, 1, 0, out, in, T, 1.0f, bert_mat_of(dy, out), bert_mat_of(x, in),
+                          acc ? 1.0f : 0.0f, bert_mat_of(gw, in), 1));
+        return m->ops->bias_grad(m->be, dy, gb, (size_t)T, (size_t)out, acc);
+    }
+    mpx_arg low = mpx_a(m->wgrad_low, m->dt_act);
+    MPX_TRY(bert_gemm(m, 1, 0, out, in, T, 1.0f, bert_mat_of(dy, out), bert_mat_of(x, in), 0.0f, bert_mat_of(low, in), 1));
+    MPX_TRY(m->ops->axpby(m->be, 1.0f, low, acc ? 1.0f : 0.0f, gw, (size_t)out * in));
+    MPX_TRY(m->ops->bias_grad(m->be, dy, low, (size_t)T, (size_t)out, 0));
+    return m->ops->axpby(m->be, 1.0f, low, acc ? 1.0f : 0.0f, gb, (size_t)out);
+}
+
 /* dx [T, in] (beta: add to it) = dy W; dW (+)= dy^T x; db (+)= sum_rows dy. */
 static int linear_bwd(bert *m, mpx_arg dy, mpx_arg x, size_t w, mpx_arg dx, float beta_dx,
                       int T, int in, int out, int acc)
@@ -14,9 +31,7 @@ static int linear_bwd(bert *m, mpx_arg dy, mpx_arg x, size_t w, mpx_arg dx, floa
     if (dx.p)
         MPX_TRY(bert_gemm(m, 0, 0, T, in, out, 1.0f, bert_mat_of(dy, out), bert_mat_of(bert_w(m, w), in),
                           beta_dx, bert_mat_of(dx, in), 1));
-    MPX_TRY(bert_gemm(m, 1, 0, out, in, T, 1.0f, bert_mat_of(dy, out), bert_mat_of(x, in),
-                      acc ? 1.0f : 0.0f, bert_mat_of(bert_g(m, w), in), 1));
-    return m->ops->bias_grad(m->be, dy, bert_g(m, w + 1), (size_t)T, (size_t)out, acc);
+    return weight_grads(m, dy, x, bert_g(m, w), bert_g(m, w + 1), T, in, out, acc);
 }
 
 /* The gradient of a dropout's input, of dtype `t`, from `dy` (the output's gradient,
@@ -51,15 +66,23 @@ static int head_bwd(bert *m, float loss_scale, int acc)
     const mpx_arg xl = bert_last_hidden(m), gx = mpx_a(m->gx, m->dt_ln);
     for (int i = 0; i < 2; i++) {
         mpx_arg lg = m->logits_t == m->dt_loss ? mpx_a(m->logits[i], m->dt_loss) : mpx_a(m->loss_logits[i], m->dt_loss);
-        mpx_arg dl = mpx_a(m->dlogits[i], m->dt_loss);
+        /* the loss's gradient reaches the head through the cast of the logits to the loss
+         * dtype: in the logits' (act) dtype, one rounding */
+        mpx_arg dl = mpx_a(m->dlogits[i], m->dt_act);
         double unused;
         MPX_TRY(m->ops->cross_entropy(m->be, lg, m->labels[i], (size_t)m->cur_b, (size_t)m->cur_s, &unused,
                                       dl, 0.5f * loss_scale));
         MPX_TRY(bert_gemm(m, 0, 0, T, H, 1, 1.0f, bert_mat_of(dl, 1), bert_mat_of(mpx_at(bert_w(m, hw), (size_t)i * H), H),
                           i ? 1.0f : 0.0f, bert_mat_of(gx, H), 1));
-        MPX_TRY(bert_gemm(m, 1, 0, 1, H, T, 1.0f, bert_mat_of(dl, 1), bert_mat_of(xl, H), acc ? 1.0f : 0.0f,
-                          bert_mat_of(mpx_at(bert_g(m, hw), (size_t)i * H), H), 1));
-        MPX_TRY(m->ops->bias_grad(m->be, dl, mpx_at(bert_g(m, hw + 1), (size_t)i), (size_t)T, 1, acc));
+        MPX_TRY(weight_grads(m, dl, xl, mpx_at(bert_g(m, hw), (size_t)i * H), mpx_at(bert_g(m, hw + 1), (size_t)i),
+                             T, H, 1, acc));
+    }
+    /* qa_outputs' input gradient is one matmul over both rows (K = 2, fp32 accumulation)
+     * whose output is act-dtype; a wider gx (amp's fp32 layernorm) gets it widened */
+    if (gx.t != m->dt_act) {
+        mpx_arg low = mpx_a(m->ga, m->dt_act);
+        MPX_TRY(m->ops->cast(m->be, gx, low, (size_t)T * H));
+        MPX_TRY(m->ops->cast(m->be, low, gx, (size_t)T * H));
     }
     return 0;
 }

@@ -88,6 +88,12 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
         m->loss_logits[i] = scratch(m, T * 4, "bert loss logits", rc);
         m->dlogits[i] = scratch(m, T * 4, "bert logit grads", rc);
     }
+    m->widen_grads = m->dt_grad == MPX_F32 && m->dt_act != MPX_F32;
+    if (m->widen_grads) {
+        size_t most = 0;
+        for (size_t p = 0; p < m->n_params; p++) most = bert_numel(m, p) > most ? bert_numel(m, p) : most;
+        m->wgrad_low = scratch(m, most * mpx_dtype_size(m->dt_act), "bert 16-bit weight grads (autocast)", rc);
+    }
     m->mask = scratch(m, T * 4, "bert attention mask", rc);
     m->pos_ids = scratch(m, T * 4, "bert position ids", rc);
     return *rc;
@@ -140,6 +146,7 @@ void bert_unbind(bert *m)
     m->n_scratch = m->cap_scratch = 0;
     m->off = NULL;
     m->act = NULL;
+    m->wgrad_low = NULL;
     m->h_ids = m->h_pos = NULL;
     m->bound = 0;
     m->has_forward = 0;

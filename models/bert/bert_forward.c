@@ -26,11 +26,21 @@ int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_ma
     return m->ops->gemm(m->be, &g);
 }
 
+/* y = b broadcast over the rows, rounded to y's dtype: the bias as addmm reads it (under
+ * autocast the bias is cast to the low dtype like the other operands). */
+static int fill_bias(bert *m, mpx_arg b, mpx_arg y, size_t rows, size_t cols)
+{
+    MPX_TRY(m->ops->fill_zero(m->be, y.p, rows * cols * mpx_dtype_size(y.t)));
+    return m->ops->bias_add(m->be, y, b, y, rows, cols);
+}
+
+/* addmm: y = x W^T + b with one rounding of the sum (the GEMM adds the bias it reads
+ * from y before it rounds its output). */
 int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out)
 {
-    MPX_TRY(bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in),
-                      0.0f, bert_mat_of(y, out), 1));
-    return m->ops->bias_add(m->be, y, bert_w(m, w + 1), y, (size_t)T, (size_t)out);
+    MPX_TRY(fill_bias(m, bert_w(m, w + 1), y, (size_t)T, (size_t)out));
+    return bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in),
+                     1.0f, bert_mat_of(y, out), 1);
 }
 
 /* y = dropout(x) when on; otherwise x itself (no copy). */
@@ -220,9 +230,9 @@ static int qa_head(bert *m)
     const size_t hw = bert_head_param(m, 0);
     for (int i = 0; i < 2; i++) {
         mpx_arg y = mpx_a(m->logits[i], m->logits_t);
+        MPX_TRY(fill_bias(m, mpx_at(bert_w(m, hw + 1), (size_t)i), y, (size_t)T, 1));
         MPX_TRY(bert_gemm(m, 0, 1, T, 1, H, 1.0f, bert_mat_of(bert_last_hidden(m), H),
-                          bert_mat_of(mpx_at(bert_w(m, hw), (size_t)i * H), H), 0.0f, bert_mat_of(y, 1), 1));
-        MPX_TRY(m->ops->bias_add(m->be, y, mpx_at(bert_w(m, hw + 1), (size_t)i), y, (size_t)T, 1));
+                          bert_mat_of(mpx_at(bert_w(m, hw), (size_t)i * H), H), 1.0f, bert_mat_of(y, 1), 1));
     }
     return 0;
 }

