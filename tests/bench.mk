@@ -2,6 +2,6 @@
 # bench_step links OpenBLAS directly for its sgemm "ceiling" column.
 BENCHES += $(BUILD)/bench/bench_step
 $(BUILD)/obj/tests/bench_step.o: EXTRA_CFLAGS += $(BLAS_CFLAGS)
-$(BUILD)/bench/bench_step: $(BUILD)/obj/tests/bench_step.o $(BUILD)/lib/libmpx.a $(PLUGINS)
+$(BUILD)/bench/bench_step: $(BUILD)/obj/tests/bench_step.o $(BUILD)/obj/tests/bench_profile.o $(BUILD)/lib/libmpx.a $(PLUGINS)
 	@mkdir -p $(@D)
 	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(BLAS_LIBS) $(PKG_LIBS) -ldl -lm -lpthread

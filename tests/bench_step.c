@@ -27,6 +27,7 @@
 
 #include "../core/src/session.h"
 #include "../core/src/train.h"
+#include "bench_profile.h"
 
 #define BATCH 3
 #define SEQ 384
@@ -200,7 +201,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     if (mpx_session_open(&s, dirs, 1)) { fprintf(stderr, "bench_step: cannot scan %s\n", plugin_dir); return 1; }
     if (mpx_session_configure(&s, cfg, ovr, n_ovr, err, sizeof err) ||
         mpx_session_check_compat(&s, err, sizeof err) || mpx_session_start(&s, err, sizeof err) ||
-        mpx_session_alloc_state(&s, BATCH, SEQ, err, sizeof err))
+        bench_profile_install(&s) || mpx_session_alloc_state(&s, BATCH, SEQ, err, sizeof err))
         goto out;
     int vocab = 0;
     double flop = step_gemm_flop(&s, &vocab);
@@ -220,12 +221,14 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     ceiling_run(&ce);   /* warm-up */
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
         if (i >= 0) ceil_gf[i] = ceiling_run(&ce);
+        bench_profile_enable(i >= 0);
         double t0 = now();
         if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, NULL, &loss, &skipped, err, sizeof err)) {
             ceiling_close(&ce);
             goto out;
         }
         if (i >= 0) times[i] = now() - t0;
+        bench_profile_enable(0);
     }
     ceiling_close(&ce);
     double model_s = NAN;
@@ -266,6 +269,9 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            name, prec, bv->describe(s.be), s.numel, step_s, tmin, steps, loss, skipped ? " (skipped)" : "");
     printf("  of which model forward + backward %.3f s, the rest (overflow check, clip, optimizer, "
            "write-back) %.3f s\n", model_s, step_s - model_s);
+    double sum_s = 0;
+    for (int i = 0; i < steps; i++) sum_s += times[i];
+    bench_profile_print(steps, sum_s);
     printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
            diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
     printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "

@@ -1,0 +1,196 @@
+/* Per-op-class timing of a training step (see bench_profile.h). A benchmark program, not
+ * a plugin: the wrapped tables and the sums are file-level state of this process. */
+#define _GNU_SOURCE
+#include "bench_profile.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    C_GEMM, C_ATTN_GEMM, C_SOFTMAX, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS, C_ELEMENTWISE,
+    C_CAST, C_EMBEDDING, C_LOSS, C_REDUCE, C_OPTIMIZER, C_WRITE_BACK, C_MEMORY, N_CLASSES
+};
+
+static const char *const class_name[N_CLASSES] = {
+    [C_GEMM] = "GEMM, linear layers (batch 1)",
+    [C_ATTN_GEMM] = "GEMM, attention (QK^T, PV: batched)",
+    [C_SOFTMAX] = "softmax fwd/bwd",
+    [C_LAYERNORM] = "layernorm fwd/bwd",
+    [C_GELU] = "GELU fwd/bwd",
+    [C_DROPOUT] = "dropout fwd/bwd",
+    [C_BIAS] = "bias add / bias grad",
+    [C_ELEMENTWISE] = "add, axpby, scale (residual, accumulate, unscale)",
+    [C_CAST] = "conversions (cast)",
+    [C_EMBEDDING] = "embedding fwd/bwd",
+    [C_LOSS] = "cross-entropy",
+    [C_REDUCE] = "reductions (overflow check, grad norm)",
+    [C_OPTIMIZER] = "optimizer step (update + apply_update)",
+    [C_WRITE_BACK] = "apply_update outside the optimizer",
+    [C_MEMORY] = "copy, fill_zero, to_host/to_device",
+};
+
+static const mpx_ops *real;       /* the backend's table */
+static mpx_ops wrapped;
+static mpx_plugin_rec opt_rec;    /* the optimizer's record with step wrapped */
+static int (*real_step)(void *self, mpx_env *env, const mpx_opt_step *st);
+static int enabled, depth;
+static double sum_s[N_CLASSES];
+static long calls[N_CLASSES];
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Times one call into class c; nested calls (apply_update inside the optimizer) count
+ * in the outer one only. */
+#define TIMED(c, call)                                         \
+    do {                                                       \
+        if (!enabled || depth) return call;                    \
+        depth++;                                               \
+        double t0_ = now();                                    \
+        int rc_ = call;                                        \
+        sum_s[c] += now() - t0_;                               \
+        calls[c]++;                                            \
+        depth--;                                               \
+        return rc_;                                            \
+    } while (0)
+
+static int w_to_device(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->to_device(be, d, s, n)); }
+static int w_to_host(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->to_host(be, d, s, n)); }
+static int w_copy(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->copy(be, d, s, n)); }
+static int w_fill_zero(void *be, void *p, size_t n) { TIMED(C_MEMORY, real->fill_zero(be, p, n)); }
+static int w_cast(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_CAST, real->cast(be, x, y, n)); }
+static int w_add(void *be, mpx_arg a, mpx_arg b, mpx_arg y, size_t n) { TIMED(C_ELEMENTWISE, real->add(be, a, b, y, n)); }
+static int w_axpby(void *be, float al, mpx_arg x, float bt, mpx_arg y, size_t n)
+{
+    TIMED(C_ELEMENTWISE, real->axpby(be, al, x, bt, y, n));
+}
+static int w_scale(void *be, mpx_arg x, float al, size_t n) { TIMED(C_ELEMENTWISE, real->scale(be, x, al, n)); }
+static int w_gemm(void *be, const mpx_gemm *g) { TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g)); }
+static int w_bias_add(void *be, mpx_arg x, mpx_arg b, mpx_arg y, size_t r, size_t c)
+{
+    TIMED(C_BIAS, real->bias_add(be, x, b, y, r, c));
+}
+static int w_bias_grad(void *be, mpx_arg dy, mpx_arg db, size_t r, size_t c, int acc)
+{
+    TIMED(C_BIAS, real->bias_grad(be, dy, db, r, c, acc));
+}
+static int w_ln_fwd(void *be, mpx_arg x, mpx_arg g, mpx_arg b, mpx_arg y, float *mean, float *rstd,
+                    size_t r, size_t c, float eps)
+{
+    TIMED(C_LAYERNORM, real->layernorm_fwd(be, x, g, b, y, mean, rstd, r, c, eps));
+}
+static int w_ln_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg g, const float *mean, const float *rstd,
+                    mpx_arg dx, mpx_arg dg, mpx_arg db, size_t r, size_t c, int adx, int ap)
+{
+    TIMED(C_LAYERNORM, real->layernorm_bwd(be, dy, x, g, mean, rstd, dx, dg, db, r, c, adx, ap));
+}
+static int w_sm_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t b, size_t h, size_t r,
+                    size_t c, float sc)
+{
+    TIMED(C_SOFTMAX, real->softmax_fwd(be, x, mask, y, b, h, r, c, sc));
+}
+static int w_sm_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t r, size_t c, float sc)
+{
+    TIMED(C_SOFTMAX, real->softmax_bwd(be, dy, y, dx, r, c, sc));
+}
+static int w_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_GELU, real->gelu_fwd(be, x, y, n)); }
+static int w_gelu_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
+{
+    TIMED(C_GELU, real->gelu_bwd(be, dy, x, dx, n));
+}
+static int w_drop_fwd(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
+{
+    TIMED(C_DROPOUT, real->dropout_fwd(be, x, y, n, p, rng));
+}
+static int w_drop_bwd(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng)
+{
+    TIMED(C_DROPOUT, real->dropout_bwd(be, dy, dx, n, p, rng));
+}
+static int w_emb_fwd(void *be, const int32_t *ids, size_t n, mpx_arg t, size_t rows, size_t dim, mpx_arg y)
+{
+    TIMED(C_EMBEDDING, real->embedding_fwd(be, ids, n, t, rows, dim, y));
+}
+static int w_emb_bwd(void *be, const int32_t *ids, size_t n, mpx_arg dy, mpx_arg dt, size_t rows, size_t dim)
+{
+    TIMED(C_EMBEDDING, real->embedding_bwd(be, ids, n, dy, dt, rows, dim));
+}
+static int w_xent(void *be, mpx_arg lg, const int32_t *lab, size_t r, size_t c, double *loss, mpx_arg dl, float ds)
+{
+    TIMED(C_LOSS, real->cross_entropy(be, lg, lab, r, c, loss, dl, ds));
+}
+static int w_sumsq(void *be, mpx_arg x, size_t n, double *out) { TIMED(C_REDUCE, real->sum_squares(be, x, n, out)); }
+static int w_nonfinite(void *be, mpx_arg x, size_t n, size_t *out)
+{
+    TIMED(C_REDUCE, real->count_nonfinite(be, x, n, out));
+}
+static int w_apply(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n, mpx_rounding mode, mpx_rng rng)
+{
+    TIMED(C_WRITE_BACK, real->apply_update(be, w, comp, u, n, mode, rng));
+}
+static int w_step(void *self, mpx_env *env, const mpx_opt_step *st) { TIMED(C_OPTIMIZER, real_step(self, env, st)); }
+
+int bench_profile_install(mpx_session *s)
+{
+    real = s->ops;
+    memset(&wrapped, 0, sizeof wrapped);
+    memcpy(&wrapped, real, real->size < sizeof wrapped ? real->size : sizeof wrapped);
+    wrapped.to_device = w_to_device;
+    wrapped.to_host = w_to_host;
+    wrapped.copy = w_copy;
+    wrapped.fill_zero = w_fill_zero;
+    wrapped.cast = w_cast;
+    wrapped.add = w_add;
+    wrapped.axpby = w_axpby;
+    wrapped.scale = w_scale;
+    wrapped.gemm = w_gemm;
+    wrapped.bias_add = w_bias_add;
+    wrapped.bias_grad = w_bias_grad;
+    wrapped.layernorm_fwd = w_ln_fwd;
+    wrapped.layernorm_bwd = w_ln_bwd;
+    wrapped.softmax_fwd = w_sm_fwd;
+    wrapped.softmax_bwd = w_sm_bwd;
+    wrapped.gelu_fwd = w_gelu_fwd;
+    wrapped.gelu_bwd = w_gelu_bwd;
+    wrapped.dropout_fwd = w_drop_fwd;
+    wrapped.dropout_bwd = w_drop_bwd;
+    wrapped.embedding_fwd = w_emb_fwd;
+    wrapped.embedding_bwd = w_emb_bwd;
+    wrapped.cross_entropy = w_xent;
+    wrapped.sum_squares = w_sumsq;
+    wrapped.count_nonfinite = w_nonfinite;
+    wrapped.apply_update = w_apply;
+    s->ops = &wrapped;
+    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
+    opt_rec = *o->rec;
+    real_step = opt_rec.vt.optimizer.step;
+    opt_rec.vt.optimizer.step = w_step;
+    o->rec = &opt_rec;
+    return 0;
+}
+
+void bench_profile_enable(int on) { enabled = on; }
+
+void bench_profile_reset(void)
+{
+    memset(sum_s, 0, sizeof sum_s);
+    memset(calls, 0, sizeof calls);
+}
+
+void bench_profile_print(int steps, double total_s)
+{
+    double in_ops = 0;
+    for (int c = 0; c < N_CLASSES; c++) in_ops += sum_s[c];
+    printf("  where a step's time goes (%d profiled steps, %.3f s a step):\n", steps, total_s / steps);
+    for (int c = 0; c < N_CLASSES; c++) {
+        if (!calls[c]) continue;
+        printf("    %-52s %8.1f ms %5.1f%% %6.0f calls\n", class_name[c], 1e3 * sum_s[c] / steps,
+               100.0 * sum_s[c] / total_s, (double)calls[c] / steps);
+    }
+    printf("    %-52s %8.1f ms %5.1f%%\n", "not in ops (model and core glue, data)",
+           1e3 * (total_s - in_ops) / steps, 100.0 * (total_s - in_ops) / total_s);
+}

@@ -1,0 +1,21 @@
+/* Benchmark support (not a test): where a training step's time goes, by op class.
+ * bench_profile_install() swaps the session's op table (s->ops, which the model reads at
+ * bind) and the optimizer's step for timing wrappers that call the originals; every
+ * call is timed on the calling thread while profiling is on. Ops the wrappers do not
+ * know (slots appended later) keep their originals and land in "not in ops". */
+#ifndef MPX_BENCH_PROFILE_H
+#define MPX_BENCH_PROFILE_H
+
+#include "../core/src/session.h"
+
+/* Call after mpx_session_start and before mpx_session_alloc_state (the model binds
+ * there and keeps the table it is given). Returns 0. */
+int bench_profile_install(mpx_session *s);
+/* Start (1) or stop (0) accumulating; bench_profile_reset() zeroes the sums. */
+void bench_profile_enable(int on);
+void bench_profile_reset(void);
+/* Prints the per-class table for `steps` profiled steps of median `step_s` seconds
+ * whose sum was `total_s`, each line indented by two spaces. */
+void bench_profile_print(int steps, double total_s);
+
+#endif
