@@ -5,3 +5,8 @@ $(BUILD)/obj/tests/bench_step.o: EXTRA_CFLAGS += $(BLAS_CFLAGS)
 $(BUILD)/bench/bench_step: $(BUILD)/obj/tests/bench_step.o $(BUILD)/obj/tests/bench_profile.o $(BUILD)/lib/libmpx.a $(PLUGINS)
 	@mkdir -p $(@D)
 	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(BLAS_LIBS) $(PKG_LIBS) -ldl -lm -lpthread
+# bench_padding: exact token counts with and without data.squad.group_by_length
+BENCHES += $(BUILD)/bench/bench_padding
+$(BUILD)/bench/bench_padding: $(BUILD)/obj/tests/bench_padding.o $(BUILD)/lib/libmpx.a
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(PKG_LIBS) -ldl -lm -lpthread

@@ -170,6 +170,28 @@ static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
     return 0;
 }
 
+/* The evaluation forward: eval mode (no dropout), no labels, as mpx eval runs it. */
+static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s)
+{
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    const mpx_model_vtable *mv = &m->rec->vt.model;
+    double times[MAX_STEPS];
+    char err[256];
+    for (int i = -1; i < steps; i++) {   /* -1: warm-up */
+        mpx_batch b;
+        int64_t tok;
+        if (t->next(t, s, BATCH, &b, &tok, err, sizeof err)) return -1;
+        b.training = 0;
+        b.n_tensors = 3;   /* input_ids, segment_ids, input_mask */
+        mpx_forward_out fo = { .size = sizeof fo };
+        double t0 = now();
+        if (mv->forward(m->self, &b, &fo)) return -1;
+        if (i >= 0) times[i] = now() - t0;
+    }
+    *median_s = median(times, steps);
+    return 0;
+}
+
 static int write_cfg(char *path, size_t len, const char *ckpt, const char *prec)
 {
     snprintf(path, len, "/tmp/mpx-bench-step-%d.cfg", (int)getpid());
@@ -236,6 +258,11 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         snprintf(err, sizeof err, "%s", "forward/backward alone failed");
         goto out;
     }
+    double eval_s = NAN;
+    if (time_eval(&s, &t, steps, &eval_s)) {
+        snprintf(err, sizeof err, "%s", "the evaluation forward failed");
+        goto out;
+    }
     /* the same steps with diagnostics on every step (train.diagnostics, log_every 1);
      * the memory figures are taken before, without the diagnostics' own buffers */
     size_t scratch_now = s.bytes[MPX_ROLE_SCRATCH], scratch_peak = s.peak[MPX_ROLE_SCRATCH];
@@ -272,6 +299,8 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     double sum_s = 0;
     for (int i = 0; i < steps; i++) sum_s += times[i];
     bench_profile_print(steps, sum_s);
+    printf("  evaluation forward (no dropout, no labels): median %.3f s, %.2f windows/s\n", eval_s,
+           BATCH / eval_s);
     printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
            diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
     printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "
@@ -280,9 +309,9 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(scratch_peak),
            mib(model_scratch), mib(core_scratch));
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
-           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f\n",
+           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s);
+           scratch_peak, persistent, model_s, eval_s);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
@@ -296,7 +325,7 @@ out:
 typedef struct result {
     char name[32], prec[32];
     int threads, ok;
-    double step_s, min_s, flop, ceiling, torch_s, model_s;
+    double step_s, min_s, flop, ceiling, torch_s, model_s, eval_s, torch_eval_s;
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
@@ -320,9 +349,9 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         if (strncmp(line, "result ", 7) != 0) { fputs(line, stdout); continue; }
         char nm[64], pr[64];
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
-                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf", nm, pr, &r->threads,
-                   &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
-                   &r->scratch_peak, &r->persistent, &r->model_s) == 12)
+                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf", nm, pr,
+                   &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
+                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s) == 13)
             r->ok = 1;
     }
     int st = pclose(p);
@@ -332,12 +361,12 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
 /* PyTorch eager on the same step with one OpenMP wait policy ("" = PyTorch's default,
  * whose threads spin; "passive" sleeps, which other processes on the cores favour);
  * NaN when it cannot run. */
-static double torch_once(const char *config_json, int threads, int steps, const char *wait)
+static double torch_once(const char *config_json, int threads, int steps, const char *wait, int eval)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d 2>/dev/null",
-             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps);
+             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d%s 2>/dev/null",
+             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps, eval ? " --eval" : "");
     fflush(stdout);
     FILE *p = popen(cmd, "r");
     if (!p) return NAN;
@@ -345,16 +374,18 @@ static double torch_once(const char *config_json, int threads, int steps, const 
     double t = NAN;
     while (fgets(line, sizeof line, p)) {
         printf("  %s%s", wait[0] ? "OMP_WAIT_POLICY=passive: " : "", line);
-        if (sscanf(line, "torch_step_s %lf", &t) != 1) t = NAN;
+        if (sscanf(line, eval ? "torch_eval_s %lf" : "torch_step_s %lf", &t) != 1) t = NAN;
     }
     return pclose(p) == 0 ? t : NAN;
 }
 
-/* The faster of the two policies: the comparison is against PyTorch at its best here. */
-static double torch_time(const char *config_json, int threads, int steps)
+/* The faster of the two policies: the comparison is against PyTorch at its best here.
+ * eval: the evaluation forward under torch.inference_mode() instead of a training step. */
+static double torch_time(const char *config_json, int threads, int steps, int eval)
 {
     if (system("python3 -c 'import torch, transformers' >/dev/null 2>&1") != 0) return NAN;
-    double a = torch_once(config_json, threads, steps, ""), b = torch_once(config_json, threads, steps, "passive");
+    double a = torch_once(config_json, threads, steps, "", eval),
+           b = torch_once(config_json, threads, steps, "passive", eval);
     return isnan(a) ? b : isnan(b) ? a : a < b ? a : b;
 }
 
@@ -417,10 +448,12 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
                 fprintf(stderr, "bench_step: case %s %s failed\n", models[m].name, precs[p]);
                 rc = 1;
             }
-            res[m][p].torch_s = NAN;
+            res[m][p].torch_s = res[m][p].torch_eval_s = NAN;
         }
-        if (with_torch && res[m][0].ok)
-            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps);
+        if (with_torch && res[m][0].ok) {
+            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 0);
+            res[m][0].torch_eval_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 1);
+        }
     }
     printf("\n%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
            "step s", "tok/s", "GEMM GF", "GFLOP/s", "sgemm", "of sgemm", "act MiB", "RSS MiB",
@@ -428,6 +461,18 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
     for (int m = 0; m < 2; m++)
         for (int p = 0; p < 2; p++)
             if (res[m][p].ok) print_row(&res[m][p]);
+    printf("\nevaluation forward (eval mode, no labels; mpx forward vs torch.inference_mode()), batch %d x %d\n",
+           BATCH, SEQ);
+    printf("%-10s %-12s %3s %8s %10s %8s %10s %7s\n", "model", "precision", "thr", "fwd s", "windows/s",
+           "torch s", "torch w/s", "speedup");
+    for (int m = 0; m < 2; m++)
+        for (int p = 0; p < 2; p++) {
+            const result *r = &res[m][p];
+            if (!r->ok) continue;
+            printf("%-10s %-12s %3d %8.3f %10.2f", r->name, r->prec, r->threads, r->eval_s, BATCH / r->eval_s);
+            if (isnan(r->torch_eval_s)) printf("        -          -       -\n");
+            else printf(" %8.3f %10.2f %6.2fx\n", r->torch_eval_s, BATCH / r->torch_eval_s, r->torch_eval_s / r->eval_s);
+        }
     for (int m = 0; m < 2; m++)
         if (res[m][0].ok && res[m][1].ok)
             printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead)\n", models[m].name,

@@ -8,8 +8,12 @@ start/end cross-entropy, clip_grad_norm_(1.0), Adam with weight decay 0.01 (Adam
 usual BERT fine-tuning step). fp32 on the CPU, attention "eager" (the explicit
 softmax(QK^T)V of the C model; --attn sdpa for PyTorch's fused kernel).
 
+With --eval, the evaluation forward instead: eval mode (no dropout) under
+torch.inference_mode(), no labels, start/end logits only.
+
 Prints one line:  torch_step_s MEDIAN (min MIN, threads N, steps K, attn A)
-Usage: bench_step_torch.py --config DIR/config.json [--threads N] [--steps K] [--batch B] [--seq S]
+         (--eval) torch_eval_s MEDIAN (...)
+Usage: bench_step_torch.py --config DIR/config.json [--threads N] [--steps K] [--batch B] [--seq S] [--eval]
 """
 import argparse
 import statistics
@@ -26,6 +30,7 @@ def main():
     ap.add_argument("--seq", type=int, default=384)
     ap.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--eval", action="store_true")
     a = ap.parse_args()
 
     import torch
@@ -56,15 +61,25 @@ def main():
         opt.step()
         return float(out.loss.detach())
 
+    if a.eval:
+        model.eval()
+
+        def forward_only():
+            with torch.inference_mode():
+                out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask)
+                return float(out.start_logits[0, 0])
+
+        step = forward_only  # noqa: F811 (the figure is the forward alone)
+
     step()  # warm-up: allocations, first-touch, MKL/oneDNN dispatch
     times = []
     for _ in range(a.steps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    print("torch_step_s %.4f (min %.4f, threads %d, steps %d, attn %s, torch %s)"
-          % (statistics.median(times), min(times), torch.get_num_threads(), a.steps, a.attn,
-             torch.__version__))
+    print("%s %.4f (min %.4f, threads %d, steps %d, attn %s, torch %s)"
+          % ("torch_eval_s" if a.eval else "torch_step_s", statistics.median(times), min(times),
+             torch.get_num_threads(), a.steps, a.attn, torch.__version__))
     return 0
 
 

@@ -38,6 +38,8 @@ static const mpx_option squad_opts[] = {
     OPT("dev_questions", MPX_OPT_INT, "0", RANGE(0, INFINITY), "dev questions evaluated; 0 = all"),
     CHOICE("sample", "\"first\"", "first|seeded", "which questions a subset takes: the first N or a seeded sample"),
     OPT("dynamic_padding", MPX_OPT_BOOL, "false", NORANGE, "pad each batch to its longest feature, not max_seq_length"),
+    OPT("group_by_length", MPX_OPT_BOOL, "false", NORANGE,
+        "batch training windows of similar length (transformers' group_by_length): less padding with dynamic_padding"),
 };
 
 static const mpx_option toy_opts[] = {

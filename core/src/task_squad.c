@@ -13,6 +13,7 @@
 #include "../../datasets/squad_postprocess.h"
 #include "../../datasets/squad_reader.h"
 #include "mpx/numerics.h"
+#include "length_group.h"
 #include "provenance.h"
 #include "task.h"
 
@@ -25,8 +26,8 @@ typedef struct squad_task {
     int has_train_all, has_train, has_dev_all, has_dev;
     mpx_bert_tokenizer *tok;
     mpx_squad_features *train_fs, *dev_fs;
-    int dynamic_padding;
-    int32_t max_seq;
+    int dynamic_padding, group_by_length;
+    int32_t max_seq, train_batch;
     int64_t eval_batch, n_best, max_answer;
     int32_t *order;            /* this epoch's window order */
     int32_t cursor;
@@ -58,7 +59,9 @@ static int load_slice(const char *path, int64_t n, const char *how, uint64_t see
     return rc;
 }
 
-static void shuffle(squad_task *d, uint64_t seed)
+/* This epoch's window order: shuffled, then (data.squad.group_by_length) grouped by
+ * length as transformers' group_by_length. -1 when out of memory. */
+static int shuffle(squad_task *d, uint64_t seed)
 {
     int32_t n = d->train_fs->n_features;
     for (int32_t i = 0; i < n; i++) d->order[i] = i;
@@ -67,6 +70,13 @@ static void shuffle(squad_task *d, uint64_t seed)
         int32_t t = d->order[i - 1]; d->order[i - 1] = d->order[j]; d->order[j] = t;
     }
     d->cursor = 0;
+    if (!d->group_by_length) return 0;
+    int32_t *len = malloc((size_t)n * sizeof *len);
+    int rc = len ? 0 : -1;
+    for (int32_t i = 0; !rc && i < n; i++) len[i] = mpx_squad_feature_length(d->train_fs, i);
+    if (!rc) rc = mpx_group_by_length(d->order, n, len, d->train_batch);
+    free(len);
+    return rc;
 }
 
 /* Fill the batch of windows `which` (labels when `labels`), upload, describe. */
@@ -104,7 +114,10 @@ static int squad_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int
     int32_t which[4096];
     if (rows > t->max_batch) { snprintf(err, errlen, "squad: batch of %d over %d", rows, t->max_batch); return -1; }
     for (int r = 0; r < rows; r++) {
-        if (d->cursor == d->train_fs->n_features) { d->epoch++; shuffle(d, s->seed); }
+        if (d->cursor == d->train_fs->n_features) {
+            d->epoch++;
+            if (shuffle(d, s->seed)) { snprintf(err, errlen, "squad: out of memory ordering the windows"); return -1; }
+        }
         which[r] = d->order[d->cursor++];
     }
     if (make_batch(s, d, d->train_fs, which, rows, 1, out, tokens, NULL)) {
@@ -130,7 +143,7 @@ static int squad_seek(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *
         return -1;
     }
     d->epoch = (uint32_t)pos[0];
-    shuffle(d, s->seed);
+    if (shuffle(d, s->seed)) { snprintf(err, errlen, "squad: out of memory ordering the windows"); return -1; }
     d->cursor = (int32_t)pos[1];
     return 0;
 }
@@ -270,6 +283,7 @@ static int read_keys(mpx_session *s, squad_task *d, int64_t *seq, int64_t *strid
     rc |= mpx_config_get_int(c, "data.squad.dev_questions", n_dev);
     rc |= mpx_config_get_string(c, "data.squad.sample", sample);
     rc |= mpx_config_get_bool(c, "data.squad.dynamic_padding", &d->dynamic_padding);
+    rc |= mpx_config_get_bool(c, "data.squad.group_by_length", &d->group_by_length);
     rc |= mpx_config_get_int(c, "eval.batch_size", &d->eval_batch);
     rc |= mpx_config_get_int(c, "eval.n_best_size", &d->n_best);
     rc |= mpx_config_get_int(c, "eval.max_answer_length", &d->max_answer);
@@ -294,6 +308,7 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
         return -1;
     }
     d->max_seq = (int32_t)seq;
+    d->train_batch = (int32_t)batch;
     if (batch > 4096 || d->eval_batch > 4096) { snprintf(err, errlen, "batch sizes above 4096 are not supported"); return -1; }
     char e2[2048];
     if (mpx_bert_tokenizer_load(d->vocab_path, &d->tok, e2, sizeof e2)) {
@@ -307,8 +322,10 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
             mpx_squad_features_build(&d->train, d->tok, &fc, &d->train_fs, err, errlen))
             return -1;
         if (d->train_fs->n_features == 0) { snprintf(err, errlen, "%s: no training windows", d->train_path); return -1; }
-        if (!(d->order = malloc((size_t)d->train_fs->n_features * sizeof *d->order))) return -1;
-        shuffle(d, s->seed);
+        if (!(d->order = malloc((size_t)d->train_fs->n_features * sizeof *d->order)) || shuffle(d, s->seed)) {
+            snprintf(err, errlen, "squad: out of memory ordering the windows");
+            return -1;
+        }
         t->n_train = (size_t)d->train_fs->n_features;
     }
     fc.is_training = 0;
