@@ -437,6 +437,11 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
     int rc = 0;
     printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on; "
            "load average %.2f\n", BATCH, SEQ, loadavg());
+    /* OpenBLAS picks its kernels when it loads; OPENBLAS_CORETYPE overrides the choice
+     * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
+    const char *core_env = getenv("OPENBLAS_CORETYPE");
+    printf("OpenBLAS kernels: %s (%s)\n", openblas_get_corename(),
+           core_env ? "forced by OPENBLAS_CORETYPE in the environment" : "detected by OpenBLAS");
     for (int m = 0; m < 2; m++) {
         if (m == 0 && access("models/checkpoints/minilm-l6/model.safetensors", R_OK) != 0) {
             printf("  minilm-l6: models/checkpoints/minilm-l6 missing (make model): skipped\n");
