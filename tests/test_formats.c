@@ -1,0 +1,193 @@
+/* mpx/formats.h: parameter-built converters against ml_dtypes (tests/fixtures/formats,
+ * made by make_fixture.py there): every code decoded, and a dense fp32 sweep encoded
+ * (hashed per binade), for each of ml_dtypes' 8-, 6- and 4-bit formats; the saturating
+ * mode against clip-then-convert; hand-derived values for what ml_dtypes lacks
+ * (flushed subnormals, 2-byte storage); the OCP MX v1.0 shared-scale rule. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpx/formats.h"
+
+#define FIXTURE "tests/fixtures/formats/formats.json"
+
+static json_t *root;
+
+static void load(void)
+{
+    json_error_t err;
+    root = json_load_file(FIXTURE, 0, &err);
+    cr_assert(root, "%s:%d: %s", FIXTURE, err.line, err.text);
+}
+
+static void unload(void) { json_decref(root); }
+
+static mpx_format from_json(const char *name, json_t *rec)
+{
+    const char *sp = json_string_value(json_object_get(rec, "special"));
+    mpx_format f = {
+        .size = sizeof f, .name = name, .subnormals = 1, .storage_bytes = 1,
+        .exp_bits = (uint8_t)json_integer_value(json_object_get(rec, "exp_bits")),
+        .man_bits = (uint8_t)json_integer_value(json_object_get(rec, "man_bits")),
+        .bias = (int16_t)json_integer_value(json_object_get(rec, "bias")),
+        .special = strcmp(sp, "IEEE") == 0 ? MPX_FMT_IEEE : strcmp(sp, "FN") == 0 ? MPX_FMT_FN
+                 : strcmp(sp, "FNUZ") == 0 ? MPX_FMT_FNUZ : MPX_FMT_FINITE,
+    };
+    cr_assert_null(mpx_fmt_invalid(&f), "%s: %s", name, mpx_fmt_invalid(&f));
+    return f;
+}
+
+static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+
+Test(formats, every_code_decodes_as_ml_dtypes, .init = load, .fini = unload)
+{
+    const char *name;
+    json_t *rec;
+    int n_formats = 0;
+    json_object_foreach(json_object_get(root, "formats"), name, rec) {
+        mpx_format f = from_json(name, rec);
+        json_t *dec = json_object_get(rec, "decode");
+        size_t n = json_array_size(dec);
+        cr_assert_eq(n, (size_t)1 << mpx_fmt_bits(&f), "%s: %zu codes in the fixture", name, n);
+        for (size_t c = 0; c < n; c++) {
+            uint32_t want = (uint32_t)strtoul(json_string_value(json_array_get(dec, c)), NULL, 16);
+            uint32_t got = bits_of(mpx_fmt_decode(&f, (uint32_t)c));
+            int want_nan = (want & 0x7fffffffu) > 0x7f800000u, got_nan = (got & 0x7fffffffu) > 0x7f800000u;
+            if (want_nan || got_nan)
+                cr_expect(want_nan && got_nan, "%s code 0x%02zx: ml_dtypes %08x, mpx %08x", name, c, want, got);
+            else
+                cr_expect_eq(got, want, "%s code 0x%02zx: ml_dtypes %08x, mpx %08x", name, c, want, got);
+        }
+        float mx = (float)json_real_value(json_object_get(rec, "max"));
+        cr_expect_eq(mpx_fmt_max(&f), mx, "%s: largest finite %g, ml_dtypes %g", name, mpx_fmt_max(&f), mx);
+        n_formats++;
+    }
+    cr_assert_eq(n_formats, 10);
+}
+
+/* The sweep of make_fixture.py, hashed per binade (top 9 bits) with FNV-1a 64. */
+static void sweep(const mpx_format *f, int saturate, uint64_t hash[512])
+{
+    json_t *lows = json_object_get(root, "low_bits");
+    size_t n_low = json_array_size(lows);
+    uint32_t low[16];
+    for (size_t j = 0; j < n_low; j++) low[j] = (uint32_t)json_integer_value(json_array_get(lows, j));
+    for (uint32_t hi = 0; hi < (1u << 20); hi++) {
+        uint64_t *h = &hash[hi >> 11];
+        if ((hi & 0x7ffu) == 0) *h = 0xcbf29ce484222325ull;
+        for (size_t j = 0; j < n_low; j++) {
+            uint32_t u = (hi << 12) | low[j];
+            float x;
+            memcpy(&x, &u, 4);
+            uint32_t c = saturate ? mpx_fmt_encode_sat(f, x) : mpx_fmt_encode(f, x);
+            *h = (*h ^ c) * 0x100000001b3ull;
+        }
+    }
+}
+
+static int compare_sweep(const char *name, const char *key, json_t *want, const uint64_t got[512])
+{
+    cr_assert_eq(json_array_size(want), 512u, "%s %s: 512 binades expected", name, key);
+    int bad = 0;
+    for (size_t b = 0; b < 512; b++) {
+        uint64_t w = strtoull(json_string_value(json_array_get(want, b)), NULL, 16);
+        if (w != got[b] && bad++ < 4)
+            cr_log_error("%s %s: fp32 inputs with top bits 0x%03zx (sign %zu, exponent %zu) convert "
+                         "otherwise than ml_dtypes", name, key, b, b >> 8, b & 255);
+    }
+    return bad;
+}
+
+Test(formats, dense_sweep_encodes_as_ml_dtypes, .init = load, .fini = unload, .timeout = 60)
+{
+    const char *name;
+    json_t *rec;
+    int bad = 0;
+    static uint64_t h[512];
+    json_object_foreach(json_object_get(root, "formats"), name, rec) {
+        mpx_format f = from_json(name, rec);
+        sweep(&f, 0, h);
+        bad += compare_sweep(name, "sweep", json_object_get(rec, "sweep"), h);
+        json_t *sat = json_object_get(rec, "sweep_sat");
+        if (sat) {
+            sweep(&f, 1, h);
+            bad += compare_sweep(name, "sweep_sat", sat, h);
+        }
+    }
+    cr_assert_eq(bad, 0, "%d binades differ", bad);
+}
+
+/* Hand-derived: the OCP E4M3 and E5M2 corner values. */
+Test(formats, ocp_fp8_corners)
+{
+    mpx_format e4 = MPX_FORMAT_FP8_E4M3, e5 = MPX_FORMAT_FP8_E5M2;
+    cr_expect_eq(mpx_fmt_max(&e4), 448.0f);
+    cr_expect_eq(mpx_fmt_max(&e5), 57344.0f);
+    cr_expect_eq(mpx_fmt_decode(&e4, 0x01), 0x1p-9f);          /* smallest subnormal */
+    cr_expect_eq(mpx_fmt_decode(&e5, 0x01), 0x1p-16f);
+    cr_expect_eq(mpx_fmt_encode(&e4, 464.0f), 0x7eu);           /* tie to even: 448 */
+    cr_expect_eq(mpx_fmt_encode(&e4, 465.0f), 0x7fu);           /* rounds past 448: NaN */
+    cr_expect_eq(mpx_fmt_encode_sat(&e4, 465.0f), 0x7eu);
+    cr_expect_eq(mpx_fmt_encode_sat(&e4, -INFINITY), 0xfeu);
+    cr_expect_eq(mpx_fmt_encode(&e5, 61440.0f), 0x7cu);         /* tie at max + ulp/2: inf */
+    cr_expect_eq(mpx_fmt_encode(&e4, 0x1p-10f), 0x00u);         /* half the smallest: even, 0 */
+    cr_expect_eq(mpx_fmt_encode(&e4, 0x1.000002p-10f), 0x01u);
+    cr_expect_eq(mpx_fmt_emax(&e4), 8);
+    cr_expect_eq(mpx_fmt_emax(&e5), 15);
+}
+
+/* Without subnormals: a zero exponent field reads as zero and subnormal results flush. */
+Test(formats, flushed_subnormals)
+{
+    mpx_format f = MPX_FORMAT_FP8_E4M3;
+    f.subnormals = 0;
+    cr_expect_eq(mpx_fmt_decode(&f, 0x07), 0.0f);
+    cr_expect_eq(mpx_fmt_decode(&f, 0x08), 0x1p-6f);
+    cr_expect_eq(mpx_fmt_encode(&f, 0x1p-7f), 0x00u);
+    cr_expect_eq(mpx_fmt_encode(&f, -0x1.cp-7f), 0x80u);         /* 7 subnormal units: flushed */
+    cr_expect_eq(mpx_fmt_encode(&f, 0x1.f8p-7f), 0x08u);       /* rounds up into the normals */
+}
+
+/* A 2-byte format with the same parameters as fp16 converts as IEEE fp16 does
+ * (hand values: 65504 max, 2^-24 smallest subnormal, 65520 -> inf). */
+Test(formats, two_byte_storage_e5m10)
+{
+    mpx_format f = MPX_FORMAT_PARAMS("e5m10", 5, 10, 15, MPX_FMT_IEEE);
+    f.storage_bytes = 2;
+    cr_assert_null(mpx_fmt_invalid(&f));
+    cr_expect_eq(mpx_fmt_max(&f), 65504.0f);
+    cr_expect_eq(mpx_fmt_decode(&f, 0x0001), 0x1p-24f);
+    cr_expect_eq(mpx_fmt_encode(&f, 65520.0f), 0x7c00u);
+    cr_expect_eq(mpx_fmt_encode(&f, 1.0f + 0x1p-11f), 0x3c00u);
+    cr_expect_eq(mpx_fmt_encode(&f, 1.0f + 0x1.8p-11f), 0x3c01u);
+}
+
+Test(formats, invalid_parameters_are_named)
+{
+    mpx_format f = MPX_FORMAT_PARAMS("too-wide", 5, 3, 15, MPX_FMT_IEEE);
+    cr_expect_str_eq(mpx_fmt_invalid(&f), "1 + exp_bits + man_bits exceeds the storage");
+    f = (mpx_format)MPX_FORMAT_PARAMS("x", 4, 3, 7, MPX_FMT_FN);
+    f.storage_bytes = 3;
+    cr_expect_str_eq(mpx_fmt_invalid(&f), "storage_bytes must be 1 or 2");
+}
+
+/* OCP MX v1.0 section 6.3: X = floor(log2(amax)) - emax_elem as E8M0 (bias 127). */
+Test(formats, mx_shared_scale_rule)
+{
+    cr_expect_eq(mpx_mx_scale_code(448.0f, 8), 127);            /* 2^8 / 2^8 */
+    cr_expect_eq(mpx_mx_scale_code(511.0f, 8), 127);
+    cr_expect_eq(mpx_mx_scale_code(512.0f, 8), 128);
+    cr_expect_eq(mpx_mx_scale_code(1.0f, 8), 119);
+    cr_expect_eq(mpx_mx_scale_code(0.75f, 15), 127 - 16);
+    cr_expect_eq(mpx_mx_scale_code(0.0f, 8), 0);
+    cr_expect_eq(mpx_mx_scale_code(NAN, 8), 0xff);
+    cr_expect_eq(mpx_mx_scale_code(0x1p-140f, 2), 0);           /* clamped at 2^-127 */
+    cr_expect_eq(mpx_mx_scale_code(0x1p-130f, 2), 0);           /* subnormal amax: floor(log2) = -130 */
+    cr_expect_eq(mpx_mx_scale_code(0x1p-120f, 2), 5);
+    cr_expect_eq(mpx_e8m0_decode(127), 1.0f);
+    cr_expect_eq(mpx_e8m0_decode(130), 8.0f);
+    cr_expect(isnan(mpx_e8m0_decode(0xff)));
+}
