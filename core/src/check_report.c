@@ -44,15 +44,15 @@ static size_t present_lr_keys(const mpx_config *cfg, const char **out, size_t ca
 }
 
 /* The effective precision descriptor, as a comment block. */
-static void print_precision(FILE *out, const mpx_precision_desc *d)
+static void print_precision(FILE *out, const mpx_precision_desc *d, const mpx_format_table *fmts)
 {
     static const char *rounding[] = { "nearest", "stochastic", "kahan" };
     fprintf(out, "\n# precision: weights %s, GEMM inputs %s, activations %s, grads %s, grad accumulator %s,\n"
             "#   master %s, optimizer state %s, communication %s, eval logits %s; loss scale \"%s\"; rounding %s\n",
-            mpx_dtype_name(d->weights), mpx_dtype_name(d->gemm_in), mpx_dtype_name(d->act), mpx_dtype_name(d->grads),
-            d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_name(d->grad_acc),
-            d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_name(d->master), mpx_dtype_name(d->opt_state),
-            mpx_dtype_name(d->comm), mpx_dtype_name(d->eval_logits), d->loss_scale ? d->loss_scale : "none",
+            mpx_dtype_label(fmts, d->weights), mpx_dtype_label(fmts, d->gemm_in), mpx_dtype_label(fmts, d->act), mpx_dtype_label(fmts, d->grads),
+            d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_label(fmts, d->grad_acc),
+            d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(fmts, d->master), mpx_dtype_label(fmts, d->opt_state),
+            mpx_dtype_label(fmts, d->comm), mpx_dtype_label(fmts, d->eval_logits), d->loss_scale ? d->loss_scale : "none",
             (unsigned)d->rounding < 3 ? rounding[d->rounding] : "?");
     static const char *islands[] = { "layernorm", "softmax", "loss", "residual" };
     fprintf(out, "#   fp32 islands:");
@@ -72,7 +72,7 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
         fprintf(err, "mpx check: %s\n", msg);
         return 1;
     }
-    print_precision(out, &s->prec);
+    print_precision(out, &s->prec, &s->fmts);
     mpx_task t;
     if (mpx_task_open(&t, s, 1, msg, sizeof msg)) {
         fprintf(err, "mpx check: cannot read the data to count steps: %s\n", msg);

@@ -41,7 +41,7 @@ static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c,
                      "schema_version", 1, "command", cmd, "started", mpx_now_iso(when, sizeof when),
                      "git_commit", mpx_git_commit(), "pid", (json_int_t)getpid(),
                      "config", "file", c->config, "overrides", overrides, "effective", mpx_config_to_json(s->cfg),
-                     "plugins", mpx_provenance_plugins(s), "precision", mpx_provenance_precision(&s->prec),
+                     "plugins", mpx_provenance_plugins(s), "precision", mpx_provenance_precision(&s->prec, &s->fmts),
                      "machine", mpx_provenance_machine(s), "metrics", json_object());
 }
 

@@ -74,13 +74,17 @@ static const mpx_option train_opts[] = {
         "steps between training-state checkpoints (<run>/train_state, for mpx run --resume); 0 = none"),
 };
 
-#define PRECISION_DTYPES "policy|fp32|fp16|bf16"
 static const mpx_option precision_opts[] = {
     SELECTOR("\"fp32\"", "precision plugin (mpx plugins lists them)"),
     OPT("islands", MPX_OPT_STRING, "\"policy\"", NORANGE,
         "ops kept in fp32: policy, all, none, or a comma list of layernorm,softmax,loss,residual"),
-    CHOICE("eval_logits", "\"policy\"", PRECISION_DTYPES, "dtype of the logits at evaluation"),
-    CHOICE("comm_dtype", "\"policy\"", PRECISION_DTYPES, "dtype of gradient communication"),
+    OPT("eval_logits", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of the logits at evaluation: policy, fp32, fp16, bf16 or a format name"),
+    OPT("comm_dtype", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of gradient communication: policy, fp32, fp16, bf16 or a format name"),
+    OPT("opt_state", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of the optimizer state: policy, fp32, fp16, bf16 or a format name (fp8-e4m3, ...)"),
+    CHOICE("scaling", "\"policy\"", "policy|none|delayed|current|mx", "scaling of GEMM inputs in 8-bit formats"),
+    OPT("amax_history_len", MPX_OPT_INT, "0", RANGE(0, 100000), "delayed scaling: amax window in steps; 0 = the policy's"),
+    CHOICE("amax_compute_algo", "\"policy\"", "policy|max|most_recent", "delayed scaling: amax of the window"),
+    OPT("margin", MPX_OPT_INT, "-1", RANGE(-1, 64), "delayed/current scaling: scale = (max / amax) / 2^margin; -1 = the policy's"),
     CHOICE("loss_scale", "\"policy\"",
            "policy|none|static|pytorch|deepspeed-fp16-optimizer|deepspeed-zero|deepspeed-zero-keys",
            "loss-scaler preset"),

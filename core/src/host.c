@@ -74,7 +74,6 @@ static int host_opt_string_list(mpx_env *env, const char *key, const char **out,
 
 void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what)
 {
-    (void)what;
     if (s->n_allocs == s->cap_allocs) {
         size_t cap = s->cap_allocs ? s->cap_allocs * 2 : 64;
         mpx_alloc_rec *v = realloc(s->allocs, cap * sizeof *v);
@@ -91,7 +90,9 @@ void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char 
         if (p) memset(p, 0, bytes);
     }
     if (!p) return NULL;
-    s->allocs[s->n_allocs++] = (mpx_alloc_rec){ p, bytes, role, on_backend };
+    mpx_alloc_rec *rec = &s->allocs[s->n_allocs++];
+    *rec = (mpx_alloc_rec){ p, bytes, role, on_backend, "" };
+    snprintf(rec->what, sizeof rec->what, "%s", what ? what : "");
     s->bytes[role] += bytes;
     if (s->bytes[role] > s->peak[role]) s->peak[role] = s->bytes[role];
     return p;
@@ -164,6 +165,55 @@ static int host_allreduce_sum(mpx_env *env, double *vals, size_t n)
     return c->rec->vt.comm.allreduce_host(c->self, vals, n, MPX_SUM);
 }
 
+static const mpx_format *host_format(mpx_env *env, mpx_dtype t) { return mpx_format_of(&impl(env)->s->fmts, t); }
+
+static int host_dtype_by_name(mpx_env *env, const char *name, mpx_dtype *out)
+{
+    const mpx_format_table *t = &impl(env)->s->fmts;
+    if (name && mpx_dtype_parse(t, name, out) == 0) return MPX_OK;
+    char choices[1024];
+    mpx_dtype_choices(t, choices, sizeof choices);
+    return MPX_FAIL(env, "no dtype or format named '%s' (known: %s)", name ? name : "(null)", choices);
+}
+
+void mpx_session_tensor_name(const mpx_session *s, const void *p, char *buf, size_t len)
+{
+    const char *c = p;
+    size_t wsz = mpx_dtype_size(s->weights.t);
+    const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (s->weights.p && wsz && c >= (const char *)s->weights.p && c < (const char *)s->weights.p + s->numel * wsz && m->self) {
+        size_t el = (size_t)(c - (const char *)s->weights.p) / wsz;
+        for (size_t i = s->n_params; i-- > 0;)
+            if (s->offsets[i] <= el) {
+                const mpx_param_info *pi = m->rec->vt.model.param(m->self, i);
+                if (s->offsets[i] == el) snprintf(buf, len, "%s", pi->name);
+                else snprintf(buf, len, "%s+%zu", pi->name, el - s->offsets[i]);
+                return;
+            }
+    }
+    for (size_t i = 0; i < s->n_allocs; i++) {
+        const mpx_alloc_rec *a = &s->allocs[i];
+        if (c >= (const char *)a->ptr && c < (const char *)a->ptr + a->bytes) {
+            if (c == a->ptr) snprintf(buf, len, "%s", a->what);
+            else snprintf(buf, len, "%s+%zu", a->what, (size_t)(c - (const char *)a->ptr));
+            return;
+        }
+    }
+    snprintf(buf, len, "tensor@%p", p);
+}
+
+static int host_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, float amax, float *scale)
+{
+    mpx_session *s = impl(env)->s;
+    const mpx_format *f = mpx_format_of(&s->fmts, t);
+    if (!f) return MPX_FAIL(env, "tensor_scale: dtype %d is not a number format", (int)t);
+    char name[80] = "";
+    if (s->scaling.recipe == MPX_SCALING_DELAYED) mpx_session_tensor_name(s, tensor, name, sizeof name);
+    if (mpx_scaling_get(&s->scaling, t, f, tensor, name, amax, scale))
+        return MPX_FAIL(env, "tensor_scale: out of memory");
+    return MPX_OK;
+}
+
 const mpx_host mpx_core_host = {
     .abi_major = MPX_ABI_MAJOR,
     .abi_minor = MPX_ABI_MINOR,
@@ -183,4 +233,7 @@ const mpx_host mpx_core_host = {
     .apply_update = host_apply_update,
     .allreduce_sum = host_allreduce_sum,
     .note = host_note,
+    .format = host_format,
+    .dtype_by_name = host_dtype_by_name,
+    .tensor_scale = host_tensor_scale,
 };

@@ -37,25 +37,6 @@ static int parse_islands(const char *text, uint32_t *out, char *err, size_t errl
     return 0;
 }
 
-static int parse_dtype(const char *s, mpx_dtype *out)
-{
-    if (strcmp(s, "fp32") == 0) *out = MPX_F32;
-    else if (strcmp(s, "fp16") == 0) *out = MPX_F16;
-    else if (strcmp(s, "bf16") == 0) *out = MPX_BF16;
-    else return -1;
-    return 0;
-}
-
-static int dtype_key(const mpx_config *cfg, const char *key, mpx_dtype *field, char *err, size_t errlen)
-{
-    const char *v;
-    if (mpx_config_get_string(cfg, key, &v) || strcmp(v, "policy") == 0) return 0;
-    if (parse_dtype(v, field)) {
-        snprintf(err, errlen, "%s: \"%s\" is not one of policy, fp32, fp16, bf16", key, v);
-        return -1;
-    }
-    return 0;
-}
 
 /* "FILE:LINE: " of a setting, or "-s " for one an override made. */
 static void where(const mpx_config *cfg, const char *key, char *buf, size_t len)
@@ -84,7 +65,37 @@ static int upstream_key(const mpx_config *cfg, const char *key, const char *on, 
     return 0;
 }
 
-int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen)
+static int dtype_key(const mpx_config *cfg, const mpx_format_table *fmts, const char *key, mpx_dtype *field,
+                     char *err, size_t errlen)
+{
+    const char *v;
+    if (mpx_config_get_string(cfg, key, &v) || strcmp(v, "policy") == 0) return 0;
+    if (mpx_dtype_parse(fmts, v, field)) {
+        char choices[1024], at[512];
+        mpx_dtype_choices(fmts, choices, sizeof choices);
+        where(cfg, key, at, sizeof at);
+        snprintf(err, errlen, "%s%s: \"%s\" is not one of policy, %s", at, key, v, choices);
+        return -1;
+    }
+    return 0;
+}
+
+/* The scaling recipe keys (ABI 1.2). */
+static void scaling_keys(const mpx_config *cfg, mpx_precision_desc *d)
+{
+    const char *v;
+    int64_t n;
+    if (!mpx_config_get_string(cfg, "precision.scaling", &v) && strcmp(v, "policy") != 0)
+        d->scaling = !strcmp(v, "delayed") ? MPX_SCALING_DELAYED : !strcmp(v, "current") ? MPX_SCALING_CURRENT
+                   : !strcmp(v, "mx") ? MPX_SCALING_MX : MPX_SCALING_NONE;
+    if (!mpx_config_get_int(cfg, "precision.amax_history_len", &n) && n > 0) d->amax_history_len = (int32_t)n;
+    if (!mpx_config_get_string(cfg, "precision.amax_compute_algo", &v) && strcmp(v, "policy") != 0)
+        d->amax_algo = !strcmp(v, "most_recent") ? MPX_AMAX_MOST_RECENT : MPX_AMAX_MAX;
+    if (!mpx_config_get_int(cfg, "precision.margin", &n) && n >= 0) d->margin = (int32_t)n;
+}
+
+int mpx_precision_apply_overrides(const mpx_config *cfg, const mpx_format_table *fmts, mpx_precision_desc *d,
+                                  char *err, size_t errlen)
 {
     const char *v;
     if (!mpx_config_get_string(cfg, "precision.islands", &v) && strcmp(v, "policy") != 0) {
@@ -95,8 +106,10 @@ int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, 
             return -1;
         }
     }
-    if (dtype_key(cfg, "precision.eval_logits", &d->eval_logits, err, errlen)) return -1;
-    if (dtype_key(cfg, "precision.comm_dtype", &d->comm, err, errlen)) return -1;
+    if (dtype_key(cfg, fmts, "precision.eval_logits", &d->eval_logits, err, errlen)) return -1;
+    if (dtype_key(cfg, fmts, "precision.comm_dtype", &d->comm, err, errlen)) return -1;
+    if (dtype_key(cfg, fmts, "precision.opt_state", &d->opt_state, err, errlen)) return -1;
+    scaling_keys(cfg, d);
     if (!mpx_config_get_string(cfg, "precision.loss_scale", &v) && strcmp(v, "policy") != 0)
         d->loss_scale = v;
     if (!mpx_config_get_string(cfg, "precision.rounding", &v) && strcmp(v, "policy") != 0) {

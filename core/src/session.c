@@ -140,13 +140,32 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
 {
     if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
     mpx_instance *p = &s->inst[MPX_KIND_PRECISION];
-    memset(&s->prec, 0, sizeof s->prec);
-    START(MPX_KIND_PRECISION, p->rec->vt.precision.describe(&p->env.pub, &s->prec));
+    const mpx_precision_vtable *vt = &p->rec->vt.precision;
+    mpx_format_table_init(&s->fmts);
+    if (vt->size >= offsetof(mpx_precision_vtable, n_formats) + sizeof vt->n_formats && vt->n_formats &&
+        mpx_format_table_declare(&s->fmts, vt->formats, vt->n_formats, p->env.label, err, errlen))
+        return -1;
+    /* the ABI 1.2 fields keep these defaults for a policy built against 1.0 or 1.1 */
+    const mpx_precision_desc defaults = {
+        .size = sizeof defaults, .grad_gemm_in = MPX_DTYPE_NONE, .scaling = MPX_SCALING_NONE,
+        .amax_history_len = 1, .amax_algo = MPX_AMAX_MAX, .margin = 0,
+    };
+    /* (zeros would do as well: precision.h makes all-zero ABI 1.2 fields mean 1.1) */
+    s->prec = defaults;
+    START(MPX_KIND_PRECISION, vt->describe(&p->env.pub, &s->prec));
     /* An ABI 1.0 policy has no `upstream`: it sits in what was tail padding (the struct
      * is 64 bytes either way), so the plugin's minor decides, then the declared size. */
     if (p->rec->desc.abi_minor < 1 || s->prec.size < offsetof(mpx_precision_desc, upstream) + sizeof s->prec.upstream)
         s->prec.upstream = 0;
-    return mpx_precision_apply_overrides(s->cfg, &s->prec, err, errlen);
+    if (p->rec->desc.abi_minor < 2 || s->prec.size < sizeof s->prec) {
+        size_t from = offsetof(mpx_precision_desc, grad_gemm_in);
+        memcpy((char *)&s->prec + from, (const char *)&defaults + from, sizeof s->prec - from);
+    }
+    s->prec.size = sizeof s->prec;
+    if (mpx_precision_apply_overrides(s->cfg, &s->fmts, &s->prec, err, errlen)) return -1;
+    mpx_scaling_free(&s->scaling);
+    mpx_scaling_init(&s->scaling, &s->prec);
+    return 0;
 }
 
 int mpx_session_start(mpx_session *s, char *err, size_t errlen)
@@ -358,6 +377,7 @@ void mpx_session_close(mpx_session *s)
     if (b->self) b->rec->vt.backend.destroy(b->self);
     free(s->allocs);
     free(s->offsets);
+    mpx_scaling_free(&s->scaling);
     free(s->pieces);
     if (s->cfg) mpx_config_free(s->cfg);
     free(s->src_keep);

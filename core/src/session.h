@@ -5,7 +5,9 @@
 #define MPX_SESSION_H
 
 #include "config.h"
+#include "format_table.h"
 #include "registry.h"
+#include "scaling.h"
 
 typedef struct mpx_session mpx_session;
 
@@ -29,6 +31,7 @@ typedef struct mpx_alloc_rec {
     size_t bytes;
     mpx_role role;
     int on_backend;
+    char what[48];       /* the buffer's name (scale records name tensors by it) */
 } mpx_alloc_rec;
 
 struct mpx_session {
@@ -39,6 +42,8 @@ struct mpx_session {
     const mpx_ops *ops;    /* the backend's */
     void *be;
     mpx_precision_desc prec;
+    mpx_format_table fmts;   /* built-in formats + the policy's (ABI 1.2) */
+    mpx_scaling_state scaling; /* per-tensor scales of GEMM inputs (run state) */
     uint64_t seed;
 
     size_t bytes[MPX_ROLE_COUNT], peak[MPX_ROLE_COUNT];
@@ -101,6 +106,10 @@ void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char 
 const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len);
 
 /* Resolve the `precision` core keys over the policy's defaults. */
-int mpx_precision_apply_overrides(const mpx_config *cfg, mpx_precision_desc *d, char *err, size_t errlen);
+int mpx_precision_apply_overrides(const mpx_config *cfg, const mpx_format_table *fmts, mpx_precision_desc *d,
+                                  char *err, size_t errlen);
+
+/* A name for the tensor at `p` (a parameter's name, or the buffer holding it). */
+void mpx_session_tensor_name(const mpx_session *s, const void *p, char *buf, size_t len);
 
 #endif

@@ -69,6 +69,7 @@ typedef struct bert {
     const mpx_ops *ops;
     void *be;
     int bound;
+    mpx_dtype dt_gemm_fwd, dt_gemm_bwd; /* GEMM compute dtypes; dt_gemm is the one in use */
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
     size_t *off;

@@ -205,7 +205,7 @@ static int embeddings_bwd(bert *m, int acc)
     return m->ops->fill_zero(m->be, row.p, H * mpx_dtype_size(m->dt_grad));
 }
 
-int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumulate)
+static int backward_all(bert *m, const mpx_batch *batch, float loss_scale, int accumulate)
 {
     if (!m->has_forward || !m->has_labels)
         return MPX_FAIL(m->env, "backward needs a forward with start_positions and end_positions first");
@@ -219,4 +219,13 @@ int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumul
         MPX_TRY(attention_bwd(m, l, x, acc));
     }
     return embeddings_bwd(m, acc);
+}
+
+/* The backward GEMMs compute in the policy's grad_gemm_in (E5M2 for fp8 HYBRID). */
+int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumulate)
+{
+    m->dt_gemm = m->dt_gemm_bwd;
+    int rc = backward_all(m, batch, loss_scale, accumulate);
+    m->dt_gemm = m->dt_gemm_fwd;
+    return rc;
 }

@@ -26,7 +26,8 @@ static void pick_dtypes(bert *m)
 {
     const mpx_precision_desc *d = m->env->host->precision(m->env);
     m->dt_w = d->weights;
-    m->dt_gemm = d->gemm_in;
+    m->dt_gemm = m->dt_gemm_fwd = d->gemm_in;
+    m->dt_gemm_bwd = mpx_grad_gemm_dtype(d);
     m->dt_act = d->act;
     m->dt_grad = d->grads;
     m->dt_eval = d->eval_logits;

@@ -1,5 +1,8 @@
 #include "test_host.h"
 
+#include "../../core/src/format_table.h"
+#include "../../core/src/scaling.h"
+
 #include <dlfcn.h>
 #include <libconfig.h>
 #include <stdarg.h>
@@ -18,6 +21,8 @@ typedef struct th_env_impl {
     void *be;
     const mpx_backend_vtable *bv;
     mpx_arg target, comp;
+    mpx_format_table fmts;        /* the core's: built-in formats (+ th_declare_formats) */
+    mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
 } th_env_impl;
 
 static th_env_impl *impl(mpx_env *env) { return (th_env_impl *)env; }
@@ -161,6 +166,37 @@ static int th_apply_update(mpx_env *env, const mpx_piece *piece, const float *up
 
 static int th_allreduce_sum(mpx_env *env, double *vals, size_t n) { (void)env; (void)vals; (void)n; return 0; }
 
+static const mpx_format *th_format(mpx_env *env, mpx_dtype t) { return mpx_format_of(&impl(env)->fmts, t); }
+
+static int th_dtype_by_name(mpx_env *env, const char *name, mpx_dtype *out)
+{
+    if (mpx_dtype_parse(&impl(env)->fmts, name, out)) return MPX_FAIL(env, "test host: no format '%s'", name);
+    return MPX_OK;
+}
+
+static int th_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, float amax, float *scale)
+{
+    th_env_impl *e = impl(env);
+    const mpx_format *f = mpx_format_of(&e->fmts, t);
+    if (!f) return MPX_FAIL(env, "test host: dtype %d is no format", (int)t);
+    if (e->scaling.recipe != e->prec.scaling) {
+        mpx_scaling_free(&e->scaling);
+        mpx_scaling_init(&e->scaling, &e->prec);
+    }
+    if (mpx_scaling_get(&e->scaling, t, f, tensor, "test tensor", amax, scale)) return MPX_FAIL(env, "out of memory");
+    return MPX_OK;
+}
+
+void th_scaling_end_step(mpx_env *env) { mpx_scaling_end_step(&impl(env)->scaling); }
+
+int th_declare_formats(mpx_env *env, const mpx_format *f, size_t n)
+{
+    char err[512];
+    if (mpx_format_table_declare(&impl(env)->fmts, f, n, "test", err, sizeof err))
+        return MPX_FAIL(env, "%s", err);
+    return MPX_OK;
+}
+
 static const mpx_host th_host = {
     .abi_major = MPX_ABI_MAJOR, .abi_minor = MPX_ABI_MINOR, .size = sizeof(mpx_host),
     .error = th_error_fn,
@@ -170,6 +206,7 @@ static const mpx_host th_host = {
     .alloc = th_alloc, .release = th_release, .ops = th_ops, .seed = th_seed,
     .precision = th_precision, .apply_update = th_apply_update,
     .allreduce_sum = th_allreduce_sum, .note = th_note_fn,
+    .format = th_format, .dtype_by_name = th_dtype_by_name, .tensor_scale = th_tensor_scale,
 };
 
 mpx_precision_desc th_fp32_policy(void)
@@ -199,6 +236,8 @@ mpx_env *th_env(const char *options, const char *run_config, const mpx_precision
     if (options) e->has_options = read_text(&e->options, options, "options");
     if (run_config) e->has_run = read_text(&e->run, run_config, "run config");
     e->prec = prec ? *prec : th_fp32_policy();
+    mpx_format_table_init(&e->fmts);
+    mpx_scaling_init(&e->scaling, &e->prec);
     return &e->pub;
 }
 
@@ -208,6 +247,7 @@ void th_env_free(mpx_env *env)
     if (e->has_options) config_destroy(&e->options);
     if (e->has_run) config_destroy(&e->run);
     if (e->bv && e->be) e->bv->destroy(e->be);
+    mpx_scaling_free(&e->scaling);
     free(e);
 }
 

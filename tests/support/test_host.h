@@ -30,6 +30,11 @@ int th_use_cpu_backend(mpx_env *env, const char *backend_options);
  * compensation buffer, same indexing; comp.p NULL if none). */
 void th_set_update_target(mpx_env *env, mpx_arg target, mpx_arg comp);
 
+/* ABI 1.2: the env knows the built-in formats; declare more (0 or an error status). */
+int th_declare_formats(mpx_env *env, const mpx_format *f, size_t n);
+/* Roll the delayed-scaling histories (the core does it after each optimizer step). */
+void th_scaling_end_step(mpx_env *env);
+
 /* The fp32 all-true descriptor used when th_env gets NULL. */
 mpx_precision_desc th_fp32_policy(void);
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define MPX_ABI_MAJOR 1
-#define MPX_ABI_MINOR 1
+#define MPX_ABI_MINOR 2   /* 1.1: policies' upstream details; 1.2: number formats and scaling (mpx/formats.h) */
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))
@@ -47,24 +47,39 @@ typedef enum mpx_kind {
     MPX_KIND_COUNT
 } mpx_kind;
 
-/* Storage types. 16-bit floats are stored as uint16_t bit patterns. */
+/* Storage types. 16-bit floats are stored as uint16_t bit patterns.
+ * ABI 1.2: the values from MPX_FORMAT_FIRST on are number formats (mpx/formats.h) stored
+ * as codes of 1 byte (16..63) or 2 bytes (64..111); the five OCP formats have fixed
+ * values, the ones a precision plugin declares get theirs from the core when the run
+ * starts (host->dtype_by_name; host->format gives any format's parameters and name). */
 typedef enum mpx_dtype {
     MPX_F32 = 0,
     MPX_F16 = 1,
     MPX_BF16 = 2,
     MPX_I32 = 3,
     MPX_DTYPE_NONE = 15, /* "absent" (e.g. no master copy) or "same as another field" */
+    MPX_FORMAT_FIRST = 16,
+    MPX_FP8_E4M3 = 16,   /* OCP E4M3 ("fn": no inf, max 448) */
+    MPX_FP8_E5M2 = 17,   /* OCP E5M2 (IEEE inf/NaN, max 57344) */
+    MPX_FP6_E3M2 = 18,   /* OCP MX FP6 E3M2 (finite only) */
+    MPX_FP6_E2M3 = 19,   /* OCP MX FP6 E2M3 */
+    MPX_FP4_E2M1 = 20,   /* OCP MX FP4 E2M1 */
+    MPX_FORMAT_FIRST_2B = 64,
+    MPX_FORMAT_END = 112,
 } mpx_dtype;
+
+static inline int mpx_dtype_is_format(mpx_dtype t) { return t >= MPX_FORMAT_FIRST && t < MPX_FORMAT_END; }
 
 static inline size_t mpx_dtype_size(mpx_dtype t)
 {
     switch (t) {
     case MPX_F32: case MPX_I32: return 4;
     case MPX_F16: case MPX_BF16: return 2;
-    default: return 0;
+    default: return !mpx_dtype_is_format(t) ? 0 : t < MPX_FORMAT_FIRST_2B ? 1 : 2;
     }
 }
 
+/* A format a plugin declared has no fixed name here: ask host->format(env, t)->name. */
 static inline const char *mpx_dtype_name(mpx_dtype t)
 {
     switch (t) {
@@ -72,7 +87,12 @@ static inline const char *mpx_dtype_name(mpx_dtype t)
     case MPX_F16: return "fp16";
     case MPX_BF16: return "bf16";
     case MPX_I32: return "int32";
-    default: return "none";
+    case MPX_FP8_E4M3: return "fp8-e4m3";
+    case MPX_FP8_E5M2: return "fp8-e5m2";
+    case MPX_FP6_E3M2: return "e3m2";
+    case MPX_FP6_E2M3: return "e2m3";
+    case MPX_FP4_E2M1: return "e2m1";
+    default: return mpx_dtype_is_format(t) ? "(declared format)" : "none";
     }
 }
 
@@ -131,6 +151,7 @@ typedef enum mpx_role {
 struct mpx_ops;             /* mpx/ops.h */
 struct mpx_precision_desc;  /* mpx/precision.h */
 struct mpx_piece;           /* mpx/optimizer.h */
+struct mpx_format;          /* mpx/formats.h */
 
 struct mpx_host {
     uint16_t abi_major, abi_minor;
@@ -175,6 +196,20 @@ struct mpx_host {
 
     /* A warning or note for the run's log (plugins never print themselves). */
     void (*note)(mpx_env *env, const char *fmt, ...) MPX_PRINTF(2, 3);
+
+    /* ---- ABI 1.2: number formats and scaling ---- */
+
+    /* The parameters and name of a format dtype; NULL for fp32/fp16/bf16/int32 and for
+     * values no format holds in this run. Valid for the run. */
+    const struct mpx_format *(*format)(mpx_env *env, mpx_dtype t);
+    /* The dtype a name denotes: fp32, fp16, bf16, a built-in format or one the run's
+     * precision policy declared. Returns MPX_OK or MPX_ERR (message set). */
+    int (*dtype_by_name)(mpx_env *env, const char *name, mpx_dtype *out);
+    /* Per-tensor scaling (the policy's recipe, mpx/precision.h): the scale to multiply a
+     * tensor by before rounding it to format `t`, given its amax now. `tensor` is a
+     * stable key for one tensor (the address of its first element); the host keeps its
+     * amax history (delayed scaling) as run state. Scales are 1 without a recipe. */
+    int (*tensor_scale)(mpx_env *env, mpx_dtype t, const void *tensor, float amax, float *scale);
 };
 
 /* Sets the error with the caller's file and line and evaluates to MPX_ERR. */

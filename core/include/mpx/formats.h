@@ -1,4 +1,4 @@
-/* Number formats beyond fp32/fp16/bf16 (ABI 1.1): fp8, fp6, fp4 and any ExMy a precision
+/* Number formats beyond fp32/fp16/bf16 (ABI 1.2): fp8, fp6, fp4 and any ExMy a precision
  * plugin declares by its parameters. Header-only and plain integer C11, like numerics.h,
  * so the core, every backend and every plugin convert bit for bit alike.
  *

@@ -9,4 +9,5 @@
 #include "mpx/comm.h"
 #include "mpx/zero.h"
 #include "mpx/numerics.h"
+#include "mpx/formats.h"
 #endif

@@ -7,6 +7,7 @@
 #define MPX_PRECISION_H
 
 #include "mpx/abi.h"
+#include "mpx/formats.h"
 #include "mpx/ops.h"
 
 /* fp32 islands: ops whose inputs and outputs are fp32 whatever the compute dtype. */
@@ -17,6 +18,19 @@ enum {
     MPX_ISLAND_RESIDUAL = 1u << 3,
     MPX_ISLAND_ALL = (1u << 4) - 1,
 };
+
+/* ABI 1.2: how GEMM inputs in an 8-bit format are scaled before rounding. */
+typedef enum mpx_scaling {
+    MPX_SCALING_NONE = 0,     /* rounded as they are (saturating) */
+    MPX_SCALING_DELAYED = 1,  /* per tensor, from the amax history of earlier steps (TE DelayedScaling) */
+    MPX_SCALING_CURRENT = 2,  /* per tensor, from this tensor's amax now */
+    MPX_SCALING_MX = 3,       /* OCP MX v1.0: blocks of 32 along K share an E8M0 scale */
+} mpx_scaling;
+
+typedef enum mpx_amax_algo {
+    MPX_AMAX_MAX = 0,         /* the largest amax in the history window */
+    MPX_AMAX_MOST_RECENT = 1, /* the last step's */
+} mpx_amax_algo;
 
 typedef struct mpx_precision_desc {
     uint32_t size;
@@ -36,6 +50,15 @@ typedef struct mpx_precision_desc {
      * precision.master_init, optimizer_init_step and unscale_with keys override them).
      * A 1.0 policy's descriptor ends before this field: the host reads it as 0. */
     uint32_t upstream;
+
+    /* ---- ABI 1.2. All-zero means the 1.1 behaviour, so a zero-filled descriptor (or a
+     * 1.0/1.1 policy's shorter one, which the core extends with zeros) changes nothing. ---- */
+    mpx_dtype grad_gemm_in;   /* inputs of the backward GEMMs when fp16, bf16 or a format;
+                                 fp32 (0) or MPX_DTYPE_NONE: as gemm_in */
+    mpx_scaling scaling;      /* recipe for GEMM inputs in an 8-bit format */
+    int32_t amax_history_len; /* delayed: window length (0 counts as 1) */
+    mpx_amax_algo amax_algo;  /* delayed: max or most_recent */
+    int32_t margin;           /* delayed/current: scale = (fmt_max / amax) / 2^margin */
 } mpx_precision_desc;
 
 /* DeepSpeed's FP16_Optimizer / BF16_Optimizer details (docs/PRECISION-POLICIES.md names
@@ -45,6 +68,14 @@ enum {
     MPX_UPSTREAM_OPT_INIT_STEP = 1u << 1,       /* one zero-gradient optimizer step at start */
     MPX_UPSTREAM_UNSCALE_UPDATED = 1u << 2,     /* unscale with the scale after its update */
 };
+
+/* The compute dtype of a backward GEMM. */
+static inline mpx_dtype mpx_grad_gemm_dtype(const mpx_precision_desc *d)
+{
+    if (d->size < offsetof(mpx_precision_desc, scaling)) return d->gemm_in;
+    mpx_dtype g = d->grad_gemm_in;
+    return g == MPX_F16 || g == MPX_BF16 || mpx_dtype_is_format(g) ? g : d->gemm_in;
+}
 
 /* The dtype an op's inputs/outputs use given its island bit. */
 static inline mpx_dtype mpx_island_dtype(const mpx_precision_desc *d, uint32_t island)
@@ -56,6 +87,12 @@ typedef struct mpx_precision_vtable {
     uint32_t size;
     /* Fill `out` with this policy's defaults (its own options through env). */
     int (*describe)(mpx_env *env, mpx_precision_desc *out);
+
+    /* ---- ABI 1.2 ---- */
+    /* Number formats this policy declares (mpx/formats.h): the core builds their
+     * converters and gives each a dtype (host->dtype_by_name) before describe() runs. */
+    const mpx_format *formats;
+    size_t n_formats;
 } mpx_precision_vtable;
 
 #endif

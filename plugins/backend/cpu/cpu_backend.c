@@ -40,6 +40,7 @@ static void cpu_destroy(void *vbe)
     if (!be) return;
     cpu_pool_destroy(be->pool);
     for (int i = 0; i < CPU_WS_SLOTS; i++) free(be->ws[i]);
+    for (int i = 0; i < MPX_FORMAT_END - MPX_FORMAT_FIRST; i++) free(be->lut[i]);
     free(be);
 }
 
@@ -91,10 +92,10 @@ void *cpu_ws(cpu_be *be, int slot, size_t bytes)
 int cpu_check_(cpu_be *be, const char *file, int line, const char *op, const char *name,
                mpx_arg a, size_t n)
 {
-    if (a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16) {
+    if (a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16 && cpu_prepare_format(be, a.t)) {
         be->env->host->error(be->env, file, line,
-                             "cpu %s: %s has dtype %s; supported: fp32, fp16, bf16", op, name,
-                             mpx_dtype_name(a.t));
+                             "cpu %s: %s has dtype %s; supported: fp32, fp16, bf16 and the run's "
+                             "number formats", op, name, cpu_dtype_name(be, a.t));
         return MPX_ERR_UNSUPPORTED;
     }
     if (n > 0 && !a.p) {

@@ -75,6 +75,7 @@ static void bf16_round(float *x, size_t n)
 
 void cpu_load(const cpu_be *be, mpx_arg a, size_t off, size_t n, float *dst)
 {
+    if (mpx_dtype_is_format(a.t)) { cpu_fmt_load(be, a, off, n, dst); return; }
     switch (a.t) {
     case MPX_F32:
         memcpy(dst, (const float *)a.p + off, n * sizeof(float));
@@ -97,6 +98,7 @@ void cpu_load(const cpu_be *be, mpx_arg a, size_t off, size_t n, float *dst)
 
 void cpu_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t n)
 {
+    if (mpx_dtype_is_format(a.t)) { cpu_fmt_store(be, src, a, off, n); return; }
     switch (a.t) {
     case MPX_F32:
         memmove((float *)a.p + off, src, n * sizeof(float));
@@ -119,6 +121,7 @@ void cpu_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t
 
 void cpu_round_inplace(const cpu_be *be, float *x, size_t n, mpx_dtype t)
 {
+    if (mpx_dtype_is_format(t)) { cpu_fmt_round(be, x, n, t); return; }
     switch (t) {
     case MPX_BF16:
         bf16_round(x, n);

@@ -275,6 +275,11 @@ int cpu_apply_update(void *vbe, mpx_arg w, mpx_arg comp, const float *u, size_t 
         (void)CPU_FAIL(be, "cpu apply_update: unknown rounding mode %d", (int)mode);
         return MPX_ERR_UNSUPPORTED;
     }
+    if (mode == MPX_ROUND_STOCHASTIC && mpx_dtype_is_format(w.t)) {
+        (void)CPU_FAIL(be, "cpu apply_update: stochastic rounding into %s is not implemented (fp16/bf16 only)",
+                       cpu_dtype_name(be, w.t));
+        return MPX_ERR_UNSUPPORTED;
+    }
     if (mode == MPX_ROUND_KAHAN) {
         if (n && !comp.p) return CPU_FAIL(be, "cpu apply_update: kahan rounding needs a compensation buffer");
         CPU_CHECK(be, "apply_update", "comp (kahan compensation)", comp, n);

@@ -106,8 +106,9 @@ static int check_gemm(cpu_be *be, const mpx_gemm *g)
     CPU_CHECK(be, "gemm", "A", g->a, 1);
     CPU_CHECK(be, "gemm", "B", g->b, 1);
     CPU_CHECK(be, "gemm", "C", g->c, 1);
-    if (g->compute != MPX_F32 && g->compute != MPX_F16 && g->compute != MPX_BF16) {
-        (void)CPU_FAIL(be, "cpu gemm: compute dtype %s is not fp32, fp16 or bf16", mpx_dtype_name(g->compute));
+    if (g->compute != MPX_F32 && g->compute != MPX_F16 && g->compute != MPX_BF16 && cpu_prepare_format(be, g->compute)) {
+        (void)CPU_FAIL(be, "cpu gemm: compute dtype %s is not fp32, fp16, bf16 or a number format of the run",
+                       cpu_dtype_name(be, g->compute));
         return MPX_ERR_UNSUPPORTED;
     }
     if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
@@ -169,8 +170,8 @@ static void split_pieces(void *vj, size_t begin, size_t end)
 /* sgemm over the pool (NULL: this thread alone). The larger dimension is cut, so the
  * operand every piece repacks is the smaller one; one piece per thread (each piece
  * repacks that operand), fewer when pieces would be small. */
-static void sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
-                       const float *B, int ldb, float *C, int ldc)
+void cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
+                    const float *B, int ldb, float *C, int ldc)
 {
     int by_rows = g->m >= g->n, dim = by_rows ? g->m : g->n;
     double other_k = (double)(by_rows ? g->n : g->m) * (double)g->k;
@@ -218,7 +219,7 @@ static void gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const opera
         ldc = g->n;
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
-    sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
+    cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
     if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
 }
 
@@ -282,6 +283,7 @@ int cpu_gemm(void *vbe, const mpx_gemm *g)
     cpu_be *be = vbe;
     MPX_TRY(check_gemm(be, g));
     if (g->m == 0 || g->n == 0) return MPX_OK;
+    if (mpx_dtype_is_format(g->compute)) return cpu_gemm_scaled(be, g);
     operand oa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->batch };
     operand ob = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->batch };
     operand oc = { g->c, g->m, g->n, g->ldc, g->stride_c, g->batch };

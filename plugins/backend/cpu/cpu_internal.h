@@ -44,12 +44,27 @@ typedef struct cpu_be {
     int has_avx2_fma;      /* vector Phi/exp through libmvec (cpu_vecmath.c) */
     int has_avx2;          /* vector Philox */
     char line[160];
+    /* number formats (ABI 1.2), per dtype slot: the host's parameters and a decode
+     * table, filled by cpu_check_ on the calling thread before any op uses them */
+    const mpx_format *fmt[MPX_FORMAT_END - MPX_FORMAT_FIRST];
+    float *lut[MPX_FORMAT_END - MPX_FORMAT_FIRST];
 } cpu_be;
+
+/* The format of dtype t (NULL for fp32/fp16/bf16) once cpu_check_ has seen it. */
+static inline const mpx_format *cpu_fmt(const cpu_be *be, mpx_dtype t)
+{
+    return mpx_dtype_is_format(t) ? be->fmt[t - MPX_FORMAT_FIRST] : NULL;
+}
+/* Makes dtype t usable (its format looked up, its decode table built); 0 or -1. */
+int cpu_prepare_format(cpu_be *be, mpx_dtype t);
+/* The dtype's name, formats by their declared name. */
+const char *cpu_dtype_name(const cpu_be *be, mpx_dtype t);
 
 /* Workspace `slot` of at least `bytes`, 64-byte aligned, contents undefined. */
 void *cpu_ws(cpu_be *be, int slot, size_t bytes);
 
-/* Fails with MPX_ERR_UNSUPPORTED unless `a` is fp32/fp16/bf16, MPX_ERR if n > 0 and
+/* Fails with MPX_ERR_UNSUPPORTED unless `a` is fp32/fp16/bf16 or a number format the
+ * host knows (ABI 1.2), MPX_ERR if n > 0 and
  * a.p is NULL. `op`/`name` go into the message. */
 int cpu_check_(cpu_be *be, const char *file, int line, const char *op, const char *name,
                mpx_arg a, size_t n);
@@ -65,8 +80,20 @@ void cpu_load(const cpu_be *be, mpx_arg a, size_t off, size_t n, float *dst);
 void cpu_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t n);
 /* x[j] = round(x[j]) to `t` and back (no-op for fp32). */
 void cpu_round_inplace(const cpu_be *be, float *x, size_t n, mpx_dtype t);
+/* The same for number formats (cpu_formats.c): table decode, RNE encode. */
+void cpu_fmt_load(const cpu_be *be, mpx_arg a, size_t off, size_t n, float *dst);
+void cpu_fmt_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, size_t n);
+void cpu_fmt_round(const cpu_be *be, float *x, size_t n, mpx_dtype t);
 /* The CPU supports F16C (checked once at create). */
 int cpu_detect_f16c(void);
+
+/* ---- GEMM (cpu_gemm.c, cpu_gemm_scaled.c) ---- */
+/* One fp32 row-major GEMM of g's shape on compact operands, cut over the pool (NULL:
+ * this thread); bitwise the same for any thread count. */
+void cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
+                    const float *B, int ldb, float *C, int ldc);
+/* A GEMM whose compute dtype is a number format (8-bit emulation with scaling). */
+int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g);
 
 /* ---- vector helpers (cpu_vecmath.c) ---- */
 /* out[i] = the Philox word of stream element e0 + i (DESIGN: word e % 4 of block e / 4). */

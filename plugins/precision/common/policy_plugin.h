@@ -13,12 +13,20 @@ static inline mpx_precision_desc mpx_policy_all(mpx_dtype t)
         .weights = t, .gemm_in = t, .act = t, .grads = t, .grad_acc = MPX_DTYPE_NONE,
         .master = MPX_DTYPE_NONE, .opt_state = MPX_F32, .comm = t, .eval_logits = t,
         .islands = 0, .loss_scale = "none", .rounding = MPX_ROUND_NEAREST,
+        .grad_gemm_in = MPX_DTYPE_NONE, .scaling = MPX_SCALING_NONE, .amax_history_len = 1,
+        .amax_algo = MPX_AMAX_MAX, .margin = 0,
     };
 }
 
 #define MPX_POLICY_PLUGIN(NAME, VERSION, SUMMARY, DESCRIBE, OPTIONS, N_OPTIONS)        \
+    MPX_POLICY_PLUGIN_FORMATS(NAME, VERSION, SUMMARY, DESCRIBE, OPTIONS, N_OPTIONS, NULL, 0)
+
+/* The same, for a policy that declares its own number formats (mpx/formats.h). */
+#define MPX_POLICY_PLUGIN_FORMATS(NAME, VERSION, SUMMARY, DESCRIBE, OPTIONS, N_OPTIONS,   \
+                                  FORMATS, N_FORMATS)                                   \
     static const mpx_precision_vtable policy_vtable_ = {                                \
         .size = sizeof(mpx_precision_vtable), .describe = DESCRIBE,                     \
+        .formats = FORMATS, .n_formats = N_FORMATS,                                     \
     };                                                                                  \
     static const mpx_plugin_desc policy_desc_ = {                                       \
         MPX_DESC_HEADER, .kind = MPX_KIND_PRECISION, .name = NAME, .version = VERSION,  \

@@ -1,0 +1,134 @@
+/* Per-tensor scaling recipes (scaling.h). The delayed rule follows Transformer Engine's
+ * transformer_engine/common/recipe/delayed_scaling.cu (amax_and_scale_update). */
+#include "scaling.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+float mpx_delayed_update(float *hist, int len, mpx_amax_algo algo, float fmt_max, int margin, float old_scale)
+{
+    float last = hist[0], amax = 0.0f;
+    for (int i = 0; i < len; i++) amax = fmaxf(amax, hist[i]);
+    /* roll by one toward the front: hist[i] = hist[i + 1], the last slot gets hist[0];
+     * then the slot the next step fills is cleared */
+    memmove(hist, hist + 1, (size_t)(len - 1) * sizeof *hist);
+    hist[len - 1] = last;
+    hist[0] = 0.0f;
+    if (algo == MPX_AMAX_MOST_RECENT) amax = last;
+    float scaled_max = fmt_max * ldexpf(1.0f, -margin);
+    return isfinite(amax) && amax > 0.0f ? scaled_max / amax : old_scale;
+}
+
+float mpx_current_scale(float amax, float fmt_max, int margin)
+{
+    float scaled_max = fmt_max * ldexpf(1.0f, -margin);
+    return isfinite(amax) && amax > 0.0f ? scaled_max / amax : 1.0f;
+}
+
+void mpx_scaling_init(mpx_scaling_state *st, const mpx_precision_desc *d)
+{
+    memset(st, 0, sizeof *st);
+    st->recipe = d->scaling;
+    st->len = d->amax_history_len > 0 ? d->amax_history_len : 1;
+    st->algo = d->amax_algo;
+    st->margin = d->margin;
+    st->trace = json_array();
+}
+
+void mpx_scaling_free(mpx_scaling_state *st)
+{
+    for (size_t i = 0; i < st->n; i++) free(st->e[i].hist);
+    free(st->e);
+    json_decref(st->trace);
+    memset(st, 0, sizeof *st);
+}
+
+static mpx_scale_entry *find(mpx_scaling_state *st, mpx_dtype t, const void *key)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->e[i].key == key && st->e[i].t == t) return &st->e[i];
+    return NULL;
+}
+
+int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, const void *key,
+                    const char *name, float amax, float *scale)
+{
+    float fmax = mpx_fmt_max(f);
+    if (st->recipe == MPX_SCALING_CURRENT) {
+        *scale = mpx_current_scale(amax, fmax, st->margin);
+        return 0;
+    }
+    if (st->recipe != MPX_SCALING_DELAYED) { *scale = 1.0f; return 0; }
+    mpx_scale_entry *e = find(st, t, key);
+    if (!e) {
+        if (st->n == st->cap) {
+            size_t cap = st->cap ? 2 * st->cap : 64;
+            mpx_scale_entry *v = realloc(st->e, cap * sizeof *v);
+            if (!v) return -1;
+            st->e = v;
+            st->cap = cap;
+        }
+        e = &st->e[st->n];
+        memset(e, 0, sizeof *e);
+        e->hist = calloc((size_t)st->len, sizeof *e->hist);
+        if (!e->hist) return -1;
+        st->n++;
+        e->t = t;
+        e->key = key;
+        e->scale = 1.0f;            /* TE starts every scale at 1 */
+        e->fmt_max = fmax;
+        snprintf(e->name, sizeof e->name, "%s", name);
+    }
+    /* a NaN amax is kept (fmaxf would drop it) so the update keeps the old scale */
+    e->hist[0] = isnan(amax) || isnan(e->hist[0]) ? NAN : fmaxf(e->hist[0], amax);
+    e->uses++;
+    *scale = e->scale;
+    return 0;
+}
+
+void mpx_scaling_end_step(mpx_scaling_state *st)
+{
+    if (st->recipe != MPX_SCALING_DELAYED) return;
+    st->steps++;
+    json_t *row = json_array();
+    json_array_append_new(row, json_integer(st->steps));
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < st->n; i++) {
+        mpx_scale_entry *e = &st->e[i];
+        e->scale = mpx_delayed_update(e->hist, st->len, st->algo, e->fmt_max, st->margin, e->scale);
+        lo = fminf(lo, e->scale);
+        hi = fmaxf(hi, e->scale);
+    }
+    if (st->n) {
+        json_array_append_new(row, json_real(lo));
+        json_array_append_new(row, json_real(hi));
+        json_array_append_new(st->trace, row);
+    } else {
+        json_decref(row);
+    }
+}
+
+json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const char *(*label)(mpx_dtype))
+{
+    static const char *recipes[] = { "none", "delayed", "current", "mx" };
+    json_t *o = json_object(), *tensors = json_array();
+    json_object_set_new(o, "recipe", json_string(recipes[st->recipe & 3]));
+    if (st->recipe == MPX_SCALING_DELAYED) {
+        json_object_set_new(o, "amax_history_len", json_integer(st->len));
+        json_object_set_new(o, "amax_compute_algo", json_string(st->algo == MPX_AMAX_MOST_RECENT ? "most_recent" : "max"));
+    }
+    json_object_set_new(o, "margin", json_integer(st->margin));
+    for (size_t i = 0; i < st->n; i++) {
+        const mpx_scale_entry *e = &st->e[i];
+        json_t *h = json_array();
+        for (int j = 0; j < st->len; j++) json_array_append_new(h, json_real(e->hist[j]));
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:f, s:I, s:o}", "tensor", e->name,
+                                                 "format", label(e->t), "scale", (double)e->scale,
+                                                 "uses", (json_int_t)e->uses, "amax_history", h));
+    }
+    json_object_set_new(o, "tensors", tensors);
+    json_object_set_new(o, "trace_min_max", json_deep_copy(st->trace));
+    return o;
+}

@@ -1,0 +1,156 @@
+/* GEMM with a number format as compute dtype: the 8-bit emulation (DESIGN, Numerics).
+ *
+ * Each operand is widened to fp32, scaled, rounded to the format (saturating, as the
+ * fp8 conversions of cuda_fp8.h with __NV_SATFINITE that Transformer Engine uses) and
+ * multiplied in fp32; C is rounded once to its dtype:
+ *   - per-tensor recipes (none, delayed, current): q = round(x * s) with the scale the
+ *     host gives for that operand (host->tensor_scale keyed by the operand's address,
+ *     which also records its amax), and the product is taken on the q values with
+ *     alpha * (1/s_a) * (1/s_b), as a tensor core applies the two scale inverses;
+ *   - MX (OCP MX v1.0): each block of 32 consecutive elements along K shares the scale
+ *     2^X, X = floor(log2(block amax)) - emax of the element format, stored as E8M0;
+ *     elements are x / 2^X rounded (saturating) and multiplied back by 2^X (exact).
+ * Where a real tensor core differs: it accumulates the K products in its own order and
+ * with fewer bits than fp32 (Hopper's fp8 MMA keeps about 22 bits and adds in groups),
+ * while this emulation accumulates in OpenBLAS's fp32 order; results agree to fp32
+ * accumulation rounding, not bit for bit.
+ * Operands are converted whole (all batch items), single-threaded; the multiply uses
+ * the pool as the 16-bit path does. */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct stored {
+    mpx_arg a;
+    int rows, cols, ld;   /* one item as stored */
+    long long stride;
+    int batch;
+} stored;
+
+/* Every item of o into dst (batch x rows x cols, compact fp32). */
+static void widen(const cpu_be *be, const stored *o, float *dst)
+{
+    for (int b = 0; b < o->batch; b++)
+        for (int r = 0; r < o->rows; r++) {
+            size_t src = (size_t)((long long)b * o->stride) + (size_t)r * (size_t)o->ld;
+            cpu_load(be, o->a, src, (size_t)o->cols, dst + ((size_t)b * o->rows + r) * (size_t)o->cols);
+        }
+}
+
+static float amax_of(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > m || isnan(a)) m = isnan(m) ? m : a;
+    }
+    return m;
+}
+
+static void quantize_tensor(const mpx_format *f, const float *lut, float *x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++) x[i] = lut[mpx_fmt_encode_sat(f, x[i] * s)];
+}
+
+/* MX blocks along K. `k_along_cols`: K runs along a stored row (contiguous), else down
+ * a stored column (stride cols). */
+static void quantize_mx(const mpx_format *f, const float *lut, float *x, int batch, int rows, int cols,
+                        int k_along_cols)
+{
+    const int emax = mpx_fmt_emax(f);
+    const int lines = k_along_cols ? rows : cols, klen = k_along_cols ? cols : rows;
+    const size_t step = k_along_cols ? 1 : (size_t)cols, line_step = k_along_cols ? (size_t)cols : 1;
+    for (int b = 0; b < batch; b++) {
+        float *m = x + (size_t)b * rows * cols;
+        for (int l = 0; l < lines; l++) {
+            float *v = m + (size_t)l * line_step;
+            for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK) {
+                int k1 = k0 + MPX_MX_BLOCK < klen ? k0 + MPX_MX_BLOCK : klen;
+                float amax = 0.0f;
+                int nan = 0;
+                for (int k = k0; k < k1; k++) {
+                    float a = fabsf(v[(size_t)k * step]);
+                    nan |= isnan(a);
+                    amax = a > amax ? a : amax;
+                }
+                if (nan) amax = NAN;
+                float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, emax));
+                float inv = 1.0f / scale;          /* 2^-X: exact, 2^-127 included */
+                if (isnan(scale)) {
+                    for (int k = k0; k < k1; k++) v[(size_t)k * step] = scale;
+                    continue;
+                }
+                for (int k = k0; k < k1; k++) {
+                    float *e = &v[(size_t)k * step];
+                    *e = lut[mpx_fmt_encode_sat(f, *e * inv)] * scale;
+                }
+            }
+        }
+    }
+}
+
+static mpx_scaling recipe_of(const cpu_be *be)
+{
+    const mpx_precision_desc *d = be->env->host->precision(be->env);
+    if (!d || d->size < offsetof(mpx_precision_desc, scaling) + sizeof d->scaling) return MPX_SCALING_NONE;
+    return d->scaling;
+}
+
+/* Widen and quantize one operand; *inv_scale is 1/s for per-tensor recipes. */
+static int prepare(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe, int k_along_cols,
+                   float *dst, float *inv_scale)
+{
+    const mpx_format *f = cpu_fmt(be, t);
+    const float *lut = be->lut[t - MPX_FORMAT_FIRST];
+    size_t n = (size_t)o->batch * o->rows * o->cols;
+    widen(be, o, dst);
+    *inv_scale = 1.0f;
+    if (recipe == MPX_SCALING_MX) {
+        quantize_mx(f, lut, dst, o->batch, o->rows, o->cols, k_along_cols);
+        return MPX_OK;
+    }
+    float s = 1.0f;
+    if (recipe == MPX_SCALING_DELAYED || recipe == MPX_SCALING_CURRENT)
+        MPX_TRY(be->env->host->tensor_scale(be->env, t, o->a.p, amax_of(dst, n), &s));
+    quantize_tensor(f, lut, dst, n, s);
+    *inv_scale = 1.0f / s;
+    return MPX_OK;
+}
+
+int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
+{
+    if (be->env->host->size < offsetof(mpx_host, tensor_scale) + sizeof(void *) || !be->env->host->tensor_scale)
+        return CPU_FAIL(be, "cpu gemm: number formats need an ABI 1.2 host");
+    mpx_scaling recipe = recipe_of(be);
+    stored sa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->batch };
+    stored sb = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->batch };
+    size_t na = (size_t)g->batch * g->m * g->k, nb = (size_t)g->batch * g->k * g->n;
+    size_t nc = g->c.t == MPX_F32 ? 0 : (size_t)g->m * g->n;
+    float *A = malloc((na + nb + nc + 1) * sizeof(float));
+    if (!A) return (void)CPU_FAIL(be, "cpu gemm: out of memory (m=%d n=%d k=%d batch=%d)", g->m, g->n, g->k, g->batch), MPX_ERR_NOMEM;
+    float *B = A + na, *Cw = B + nb;
+    float ia = 1.0f, ib = 1.0f;
+    int rc = MPX_OK;
+    if (g->k > 0) {
+        rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia);
+        if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib);
+    }
+    if (rc) { free(A); return rc; }
+    mpx_gemm gg = *g;
+    gg.alpha = g->alpha * ia * ib;
+    for (int b = 0; b < g->batch && !rc; b++) {
+        const float *Ab = A + (size_t)b * g->m * g->k, *Bb = B + (size_t)b * g->k * g->n;
+        mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
+        if (g->c.t == MPX_F32) {
+            cpu_sgemm_pool(be, be->pool, &gg, Ab, sa.cols ? sa.cols : 1, Bb, sb.cols ? sb.cols : 1, cb.p, g->ldc);
+            continue;
+        }
+        if (g->beta != 0.0f)
+            for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, Cw + (size_t)r * g->n);
+        cpu_sgemm_pool(be, be->pool, &gg, Ab, sa.cols ? sa.cols : 1, Bb, sb.cols ? sb.cols : 1, Cw, g->n);
+        for (int r = 0; r < g->m; r++) cpu_store(be, Cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
+    }
+    free(A);
+    return rc;
+}
