@@ -23,6 +23,7 @@ typedef struct th_env_impl {
     mpx_arg target, comp;
     mpx_format_table fmts;        /* the core's: built-in formats (+ th_declare_formats) */
     mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
+    struct th_env_impl *owner;    /* a backend's env: formats and scales are its owner's */
 } th_env_impl;
 
 static th_env_impl *impl(mpx_env *env) { return (th_env_impl *)env; }
@@ -166,17 +167,19 @@ static int th_apply_update(mpx_env *env, const mpx_piece *piece, const float *up
 
 static int th_allreduce_sum(mpx_env *env, double *vals, size_t n) { (void)env; (void)vals; (void)n; return 0; }
 
-static const mpx_format *th_format(mpx_env *env, mpx_dtype t) { return mpx_format_of(&impl(env)->fmts, t); }
+static th_env_impl *owner(mpx_env *env) { return impl(env)->owner ? impl(env)->owner : impl(env); }
+
+static const mpx_format *th_format(mpx_env *env, mpx_dtype t) { return mpx_format_of(&owner(env)->fmts, t); }
 
 static int th_dtype_by_name(mpx_env *env, const char *name, mpx_dtype *out)
 {
-    if (mpx_dtype_parse(&impl(env)->fmts, name, out)) return MPX_FAIL(env, "test host: no format '%s'", name);
+    if (mpx_dtype_parse(&owner(env)->fmts, name, out)) return MPX_FAIL(env, "test host: no format '%s'", name);
     return MPX_OK;
 }
 
 static int th_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, float amax, float *scale)
 {
-    th_env_impl *e = impl(env);
+    th_env_impl *e = owner(env);
     const mpx_format *f = mpx_format_of(&e->fmts, t);
     if (!f) return MPX_FAIL(env, "test host: dtype %d is no format", (int)t);
     if (e->scaling.recipe != e->prec.scaling) {
@@ -278,6 +281,7 @@ int th_use_cpu_backend(mpx_env *env, const char *backend_options)
     if (!d) { snprintf(e->error, sizeof e->error, "cannot load the CPU backend: %s", why); return -1; }
     /* The backend reads its own options through a separate env. */
     mpx_env *benv = th_env(backend_options ? backend_options : "threads = 0;", NULL, &e->prec);
+    impl(benv)->owner = e;
     e->bv = d->vtable;
     if (e->bv->create(benv, &e->be) != 0) {
         snprintf(e->error, sizeof e->error, "CPU backend create failed: %s", th_error(benv));

@@ -21,3 +21,7 @@ $(BUILD)/obj/tests/bench_gemm.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -Itests/support
 $(BUILD)/bench/bench_gemm: $(BUILD)/obj/tests/bench_gemm.o $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SUPPORT)) $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cpu.so
 	@mkdir -p $(@D)
 	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(BLAS_LIBS) $(PKG_LIBS) -ldl -lm -lpthread
+# formats and scaling recipes: the core's recipe code and the backend's 8-bit GEMMs
+$(eval $(call add_test,test_scaling,tests/test_scaling.c $(TEST_SUPPORT)))
+$(BUILD)/obj/tests/test_scaling.o: EXTRA_CFLAGS += -Itests/support
+$(BUILD)/tests/test_scaling: $(BUILD)/plugins/backend-cpu.so

@@ -1,0 +1,206 @@
+/* Scaling recipes and 8-bit formats in the CPU backend.
+ *  - delayed scaling (core/src/scaling.c) reproduces the reference trace of Transformer
+ *    Engine's amax_and_scale_update on a fixed amax sequence
+ *    (tests/fixtures/scaling/make_delayed_trace.py: TE's algorithm transcribed to numpy,
+ *    TE itself needs CUDA), for E4M3/E5M2, several history lengths, both algorithms and
+ *    margins; current scaling by hand;
+ *  - formats as storage: a cast into fp8-e4m3 takes 1 byte per element and rounds as
+ *    mpx/formats.h (which test_formats holds against ml_dtypes);
+ *  - GEMMs with an 8-bit compute dtype: MX block scaling against the OCP MX v1.0 rules
+ *    computed here independently (frexp for the shared exponent), per-tensor current
+ *    and delayed scaling against q(x * s) / s with the recipe's s. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/src/scaling.h"
+#include "test_host.h"
+
+static float hexf(json_t *s)
+{
+    uint32_t u = (uint32_t)strtoul(json_string_value(s), NULL, 16);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int same_float(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+
+Test(delayed, reproduces_transformer_engine_trace)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file("tests/fixtures/scaling/delayed_trace.json", 0, &jerr);
+    cr_assert(root, "delayed_trace.json:%d: %s", jerr.line, jerr.text);
+    json_t *amax = json_object_get(root, "amax"), *cases = json_object_get(root, "cases");
+    cr_assert_eq(json_array_size(cases), 10);
+    static const mpx_format e4 = MPX_FORMAT_FP8_E4M3, e5 = MPX_FORMAT_FP8_E5M2;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *k = json_array_get(cases, c);
+        int is_e4 = !strcmp(json_string_value(json_object_get(k, "format")), "fp8-e4m3");
+        mpx_precision_desc d = { .size = sizeof d, .scaling = MPX_SCALING_DELAYED,
+            .amax_history_len = (int32_t)json_integer_value(json_object_get(k, "amax_history_len")),
+            .amax_algo = strcmp(json_string_value(json_object_get(k, "amax_compute_algo")), "max")
+                             ? MPX_AMAX_MOST_RECENT : MPX_AMAX_MAX,
+            .margin = (int32_t)json_integer_value(json_object_get(k, "margin")) };
+        mpx_scaling_state st;
+        mpx_scaling_init(&st, &d);
+        json_t *used = json_object_get(k, "scales_used");
+        static const int key = 0;
+        for (size_t t = 0; t < json_array_size(amax); t++) {
+            float s;
+            cr_assert_eq(mpx_scaling_get(&st, is_e4 ? MPX_FP8_E4M3 : MPX_FP8_E5M2, is_e4 ? &e4 : &e5, &key, "x",
+                                         hexf(json_array_get(amax, t)), &s), 0);
+            float want = hexf(json_array_get(used, t));
+            cr_expect(same_float(s, want), "case %zu (len %d, margin %d) step %zu: scale %a, TE %a", c,
+                      d.amax_history_len, d.margin, t, s, want);
+            mpx_scaling_end_step(&st);
+        }
+        float s;
+        cr_assert_eq(mpx_scaling_get(&st, is_e4 ? MPX_FP8_E4M3 : MPX_FP8_E5M2, is_e4 ? &e4 : &e5, &key, "x", 1.0f, &s), 0);
+        cr_expect(same_float(s, hexf(json_object_get(k, "final_scale"))), "case %zu final scale %a", c, s);
+        cr_expect_eq(st.n, 1u, "one tensor, one entry");
+        mpx_scaling_free(&st);
+    }
+    json_decref(root);
+}
+
+Test(current, scale_is_max_over_amax_now)
+{
+    cr_expect_eq(mpx_current_scale(2.0f, 448.0f, 0), 224.0f);
+    cr_expect_eq(mpx_current_scale(2.0f, 448.0f, 3), 28.0f);
+    cr_expect_eq(mpx_current_scale(0.0f, 448.0f, 0), 1.0f);
+    cr_expect_eq(mpx_current_scale(INFINITY, 57344.0f, 0), 1.0f);
+}
+
+/* ---- the backend ---- */
+
+typedef struct rig {
+    mpx_env *env;
+    const mpx_ops *ops;
+    void *be;
+    float *a, *I, *c;      /* fixed buffers: delayed scaling keys tensors by address */
+} rig;
+
+#define RIG_MAX (5 * 80)
+
+static rig open_rig(mpx_scaling recipe)
+{
+    mpx_precision_desc d = th_fp32_policy();
+    d.scaling = recipe;
+    d.amax_history_len = 4;
+    rig r = { .env = th_env(NULL, NULL, &d) };
+    cr_assert_eq(th_use_cpu_backend(r.env, "threads = 2;"), 0, "%s", th_error(r.env));
+    r.ops = r.env->host->ops(r.env, &r.be);
+    cr_assert_not_null(r.ops);
+    r.a = r.ops->alloc(r.be, RIG_MAX * 4);
+    r.I = r.ops->alloc(r.be, 80 * 80 * 4);
+    r.c = r.ops->alloc(r.be, RIG_MAX * 4);
+    cr_assert(r.a && r.I && r.c);
+    return r;
+}
+
+static float urand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+Test(storage, fp8_cast_takes_one_byte_and_rounds_as_the_header)
+{
+    rig r = open_rig(MPX_SCALING_NONE);
+    const size_t n = 5000;
+    float *x = r.ops->alloc(r.be, n * 4), *back = r.ops->alloc(r.be, n * 4);
+    uint8_t *q = r.ops->alloc(r.be, n);
+    uint64_t seed = 7;
+    for (size_t i = 0; i < n; i++) x[i] = urand(&seed) * 600.0f;
+    static const mpx_format e4 = MPX_FORMAT_FP8_E4M3;
+    cr_assert_eq(mpx_dtype_size(MPX_FP8_E4M3), 1u);
+    cr_assert_eq(r.ops->cast(r.be, mpx_a(x, MPX_F32), mpx_a(q, MPX_FP8_E4M3), n), 0, "%s", th_error(r.env));
+    cr_assert_eq(r.ops->cast(r.be, mpx_a(q, MPX_FP8_E4M3), mpx_a(back, MPX_F32), n), 0, "%s", th_error(r.env));
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(q[i], mpx_fmt_encode(&e4, x[i]), "element %zu: %g", i, x[i]);
+        float want = mpx_fmt_decode(&e4, q[i]);
+        cr_assert(same_float(back[i], want) || (isnan(back[i]) && isnan(want)));
+    }
+    th_env_free(r.env);
+}
+
+/* C = A · I with A m×k: C holds A as the GEMM quantized it (B = I quantizes exactly:
+ * every block holds one 1 or nothing; per tensor, 1 -> fmt_max). */
+static void gemm_identity(rig *r, const float *A, int m, int k, mpx_dtype t, float *C)
+{
+    float *a = r->a, *I = r->I, *c = r->c;
+    memcpy(a, A, (size_t)m * k * 4);
+    memset(I, 0, (size_t)k * k * 4);
+    for (int i = 0; i < k; i++) I[(size_t)i * k + i] = 1.0f;
+    mpx_gemm g = { .m = m, .n = k, .k = k, .alpha = 1.0f, .beta = 0.0f, .a = mpx_a(a, MPX_F32), .lda = k,
+                   .b = mpx_a(I, MPX_F32), .ldb = k, .c = mpx_a(c, MPX_F32), .ldc = k, .batch = 1, .compute = t };
+    cr_assert_eq(r->ops->gemm(r->be, &g), 0, "%s", th_error(r->env));
+    memcpy(C, c, (size_t)m * k * 4);
+}
+
+Test(mx, gemm_quantizes_32_blocks_along_k_with_e8m0_scales)
+{
+    rig r = open_rig(MPX_SCALING_MX);
+    const int m = 5, k = 80;             /* 2 full blocks and one of 16 per row */
+    float A[5 * 80], C[5 * 80];
+    uint64_t seed = 3;
+    for (int i = 0; i < m * k; i++) A[i] = urand(&seed) * ldexpf(1.0f, (i / 7) % 40 - 20);
+    A[3] = 0.0f;
+    for (int i = 32; i < 64; i++) A[i] = 0.0f;   /* an all-zero block */
+    static const mpx_format fmts[2] = { MPX_FORMAT_FP8_E4M3, MPX_FORMAT_FP8_E5M2 };
+    const mpx_dtype ts[2] = { MPX_FP8_E4M3, MPX_FP8_E5M2 };
+    const int emax[2] = { 8, 15 };
+    for (int f = 0; f < 2; f++) {
+        gemm_identity(&r, A, m, k, ts[f], C);
+        for (int row = 0; row < m; row++)
+            for (int b0 = 0; b0 < k; b0 += 32) {
+                int b1 = b0 + 32 < k ? b0 + 32 : k;
+                double amax = 0;
+                for (int j = b0; j < b1; j++) amax = fmax(amax, fabs(A[row * k + j]));
+                int e;
+                frexp(amax, &e);              /* amax = f * 2^e, f in [0.5, 1): floor(log2) = e - 1 */
+                int X = amax > 0 ? e - 1 - emax[f] : -127;
+                if (X < -127) X = -127;
+                for (int j = b0; j < b1; j++) {
+                    float v = (float)ldexp(A[row * k + j], -X);
+                    float want = (float)ldexp(mpx_fmt_decode(&fmts[f], mpx_fmt_encode_sat(&fmts[f], v)), X);
+                    cr_expect(C[row * k + j] == want, "%s row %d col %d: %a -> %a, want %a (X = %d)",
+                              fmts[f].name, row, j, A[row * k + j], C[row * k + j], want, X);
+                }
+            }
+    }
+    th_env_free(r.env);
+}
+
+Test(per_tensor, current_and_delayed_scales_reach_the_gemm)
+{
+    static const mpx_format e4 = MPX_FORMAT_FP8_E4M3;
+    const int m = 4, k = 48;
+    float A[4 * 48], C[4 * 48];
+    uint64_t seed = 11;
+    float amax = 0;
+    for (int i = 0; i < m * k; i++) { A[i] = urand(&seed) * 3e-3f; amax = fmaxf(amax, fabsf(A[i])); }
+    for (int pass = 0; pass < 2; pass++) {
+        rig r = open_rig(pass ? MPX_SCALING_DELAYED : MPX_SCALING_CURRENT);
+        /* delayed: the first step uses scale 1 (values deep in the subnormals); after
+         * the step the scale is 448 / amax as for current scaling */
+        for (int step = 0; step < (pass ? 2 : 1); step++) {
+            gemm_identity(&r, A, m, k, MPX_FP8_E4M3, C);
+            float s = pass && step == 0 ? 1.0f : 448.0f / amax;
+            /* B = I per tensor: amax 1 -> scale sb = 448 (delayed, first step: 1), exact in
+             * E4M3; the GEMM multiplies by alpha (1/s)(1/sb) */
+            float sb = pass && step == 0 ? 1.0f : 448.0f;
+            float alpha = 1.0f * (1.0f / s) * (1.0f / sb);
+            for (int i = 0; i < m * k; i++) {
+                float want = alpha * (mpx_fmt_decode(&e4, mpx_fmt_encode_sat(&e4, A[i] * s)) * sb);
+                cr_expect(fabsf(C[i] - want) <= 2e-7f * fabsf(want), "%s step %d [%d]: %a, want %a",
+                          pass ? "delayed" : "current", step, i, C[i], want);
+            }
+            th_scaling_end_step(r.env);
+        }
+        th_env_free(r.env);
+    }
+}
