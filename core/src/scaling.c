@@ -2,6 +2,8 @@
  * transformer_engine/common/recipe/delayed_scaling.cu (amax_and_scale_update). */
 #include "scaling.h"
 
+#include "format_table.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +112,7 @@ void mpx_scaling_end_step(mpx_scaling_state *st)
     }
 }
 
-json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const char *(*label)(mpx_dtype))
+json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const mpx_format_table *fmts)
 {
     static const char *recipes[] = { "none", "delayed", "current", "mx" };
     json_t *o = json_object(), *tensors = json_array();
@@ -125,7 +127,7 @@ json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const char *(*label)
         json_t *h = json_array();
         for (int j = 0; j < st->len; j++) json_array_append_new(h, json_real(e->hist[j]));
         json_array_append_new(tensors, json_pack("{s:s, s:s, s:f, s:I, s:o}", "tensor", e->name,
-                                                 "format", label(e->t), "scale", (double)e->scale,
+                                                 "format", mpx_dtype_label(fmts, e->t), "scale", (double)e->scale,
                                                  "uses", (json_int_t)e->uses, "amax_history", h));
     }
     json_object_set_new(o, "tensors", tensors);

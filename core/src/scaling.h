@@ -52,6 +52,7 @@ int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, con
 void mpx_scaling_end_step(mpx_scaling_state *st);
 
 /* The recipe, every tensor's scale and amax history, and the per-step trace. */
-json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const char *(*label)(mpx_dtype));
+struct mpx_format_table;
+json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const struct mpx_format_table *fmts);
 
 #endif

@@ -363,6 +363,7 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         if (lsp->scale != scale)
             json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, lsp->scale));
         if (mpx_diag_end_step(diag, s, step, !skip)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
+        mpx_scaling_end_step(&s->scaling);   /* delayed scaling: histories roll (taken or skipped) */
         tokens_total += tokens;
         double dt = now_s() - ts, elapsed = now_s() - t0;
         if (isnan(first_loss)) first_loss = loss;
@@ -438,6 +439,8 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
     json_decref(losses);
     json_decref(overflows);
     mpx_diag_summary(&diag, metrics);
+    if (s->prec.scaling != MPX_SCALING_NONE)
+        json_object_set_new(metrics, "scaling", mpx_scaling_state_json(&s->scaling, &s->fmts));
     mpx_diag_close(&diag, s);
     mpx_lr_schedule_close(&sched);
     return rc;

@@ -1,0 +1,51 @@
+/* precision/fp8-delayed: Transformer Engine's fp8 recipe (DelayedScaling, format HYBRID):
+ * every GEMM input of the forward pass in OCP E4M3 and of the backward pass in E5M2,
+ * each tensor scaled by (fp8_max / amax) / 2^margin with amax taken over a window of
+ * earlier steps (history length 1024 and algorithm "max" by default, as TE); fp32
+ * master weights and Adam state. Storage (option `storage`): "fp8" keeps the weights
+ * and activations in E4M3 and the gradients in E5M2 (1 byte each, unscaled: the loss
+ * scaler scales the gradients), with an fp32 gradient accumulator; "bf16" keeps them in
+ * bf16 as TE does (only the GEMM inputs are fp8). Layernorm, softmax, loss and residual
+ * adds run in fp32, as TE leaves them to the framework. */
+#include <string.h>
+
+#include "../common/policy_plugin.h"
+
+static const mpx_option fp8_options[] = {
+    { "storage", MPX_OPT_CHOICE, "\"fp8\"", MPX_NO_RANGE, "fp8|bf16",
+      "fp8: weights/activations E4M3, grads E5M2 in 1 byte each; bf16: all three in bf16", 0 },
+    { "amax_history_len", MPX_OPT_INT, "1024", 1, 100000, NULL, "DelayedScaling.amax_history_len", 0 },
+    { "amax_compute_algo", MPX_OPT_CHOICE, "\"max\"", MPX_NO_RANGE, "max|most_recent",
+      "DelayedScaling.amax_compute_algo", 0 },
+    { "margin", MPX_OPT_INT, "0", 0, 64, NULL, "DelayedScaling.margin: scale = (fp8_max / amax) / 2^margin", 0 },
+};
+
+static int fp8_describe(mpx_env *env, mpx_precision_desc *d)
+{
+    const char *storage = "fp8", *algo = "max";
+    int64_t len = 1024, margin = 0;
+    MPX_TRY(env->host->opt_string(env, "storage", &storage));
+    MPX_TRY(env->host->opt_string(env, "amax_compute_algo", &algo));
+    MPX_TRY(env->host->opt_int(env, "amax_history_len", &len));
+    MPX_TRY(env->host->opt_int(env, "margin", &margin));
+    int fp8 = strcmp(storage, "fp8") == 0;
+    *d = mpx_policy_all(fp8 ? MPX_FP8_E4M3 : MPX_BF16);
+    d->gemm_in = MPX_FP8_E4M3;
+    d->grad_gemm_in = MPX_FP8_E5M2;
+    d->grads = fp8 ? MPX_FP8_E5M2 : MPX_BF16;
+    d->comm = d->grads;
+    d->grad_acc = MPX_F32;
+    d->master = MPX_F32;
+    d->eval_logits = MPX_F32;
+    d->islands = MPX_ISLAND_LAYERNORM | MPX_ISLAND_SOFTMAX | MPX_ISLAND_LOSS | MPX_ISLAND_RESIDUAL;
+    d->loss_scale = fp8 ? "pytorch" : "none";
+    d->scaling = MPX_SCALING_DELAYED;
+    d->amax_history_len = (int32_t)len;
+    d->amax_algo = strcmp(algo, "most_recent") == 0 ? MPX_AMAX_MOST_RECENT : MPX_AMAX_MAX;
+    d->margin = (int32_t)margin;
+    return MPX_OK;
+}
+
+MPX_POLICY_PLUGIN("fp8-delayed", "1.0.0",
+                  "Transformer Engine fp8 (HYBRID, delayed scaling): E4M3 forward / E5M2 backward GEMMs, fp32 master",
+                  fp8_describe, fp8_options, MPX_COUNT(fp8_options))

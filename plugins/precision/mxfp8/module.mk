@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,precision,mxfp8,plugins/precision/mxfp8/mxfp8.c,))
