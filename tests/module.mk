@@ -12,3 +12,4 @@ $(BUILD)/tests/test_upstream: $(BUILD)/test-plugins/abi10_policy.so
 # the whole-run test loads the worked-example policy from build/test-plugins
 $(BUILD)/tests/test_diagnostics: $(BUILD)/test-plugins/fp16_noscale.so
 $(eval $(call add_test,test_formats,tests/test_formats.c,))
+$(eval $(call add_test,test_fp8_policies,tests/test_fp8_policies.c,))

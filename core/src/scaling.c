@@ -90,6 +90,9 @@ int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, con
     return 0;
 }
 
+/* JSON has no NaN or inf: those become null. */
+static json_t *num(float x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 void mpx_scaling_end_step(mpx_scaling_state *st)
 {
     if (st->recipe != MPX_SCALING_DELAYED) return;
@@ -104,8 +107,8 @@ void mpx_scaling_end_step(mpx_scaling_state *st)
         hi = fmaxf(hi, e->scale);
     }
     if (st->n) {
-        json_array_append_new(row, json_real(lo));
-        json_array_append_new(row, json_real(hi));
+        json_array_append_new(row, num(lo));
+        json_array_append_new(row, num(hi));
         json_array_append_new(st->trace, row);
     } else {
         json_decref(row);
@@ -125,9 +128,9 @@ json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const mpx_format_tab
     for (size_t i = 0; i < st->n; i++) {
         const mpx_scale_entry *e = &st->e[i];
         json_t *h = json_array();
-        for (int j = 0; j < st->len; j++) json_array_append_new(h, json_real(e->hist[j]));
-        json_array_append_new(tensors, json_pack("{s:s, s:s, s:f, s:I, s:o}", "tensor", e->name,
-                                                 "format", mpx_dtype_label(fmts, e->t), "scale", (double)e->scale,
+        for (int j = 0; j < st->len; j++) json_array_append_new(h, num(e->hist[j]));
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:o, s:I, s:o}", "tensor", e->name,
+                                                 "format", mpx_dtype_label(fmts, e->t), "scale", num(e->scale),
                                                  "uses", (json_int_t)e->uses, "amax_history", h));
     }
     json_object_set_new(o, "tensors", tensors);
