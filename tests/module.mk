@@ -13,3 +13,4 @@ $(BUILD)/tests/test_upstream: $(BUILD)/test-plugins/abi10_policy.so
 $(BUILD)/tests/test_diagnostics: $(BUILD)/test-plugins/fp16_noscale.so
 $(eval $(call add_test,test_formats,tests/test_formats.c,))
 $(eval $(call add_test,test_fp8_policies,tests/test_fp8_policies.c,))
+$(BUILD)/tests/test_fp8_policies: $(BUILD)/test-plugins/abi10_bf16.so

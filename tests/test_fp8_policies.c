@@ -107,3 +107,20 @@ Test(fp8, format_names_in_overrides_and_unknown_names_refused, .timeout = 60)
     cr_expect(strstr(out, "precision.comm_dtype: \"fp9\" is not one of policy, fp32, fp16, bf16, fp8-e4m3, fp8-e5m2"),
               "%s", out);
 }
+
+/* A plugin of ABI 1.0 (shorter vtable and descriptor, minor 0) loads and trains; the 1.1
+ * fields take their defaults (no scaling, backward GEMMs as the forward ones). */
+Test(fp8, abi_1_0_policy_still_loads_and_trains, .timeout = 60)
+{
+    int rc;
+    json_t *j = tiny_run("--plugin-dir build/test-plugins -s 'precision.plugin=\"abi10-bf16\"'", &rc);
+    cr_assert(j && rc == 0, "run failed (%d)", rc);
+    double first, last;
+    losses(j, &first, &last);
+    cr_expect_lt(last, 0.5 * first, "abi10-bf16: loss %g -> %g", first, last);
+    cr_expect_str_eq(prec(j, "weights"), "bf16");
+    cr_expect_str_eq(prec(j, "grad_gemm_in"), "bf16");
+    cr_expect_str_eq(prec(j, "scaling"), "none");
+    cr_expect_eq(json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param")), 20.0);
+    json_decref(j);
+}
