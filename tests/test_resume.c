@@ -93,6 +93,8 @@ static void straight_vs_resumed(const char *env, const char *extra)
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         cr_expect(json_equal(json_object_get(ma, keys[i]), json_object_get(mb, keys[i])), "metrics.%s differs", keys[i]);
     cr_expect_eq(json_array_size(json_object_get(ma, "losses")), 20);
+    if (json_object_get(ma, "scaling") || json_object_get(mb, "scaling"))   /* 8-bit policies' scales */
+        cr_expect(json_equal(json_object_get(ma, "scaling"), json_object_get(mb, "scaling")), "metrics.scaling differs");
     json_decref(ma);
     json_decref(mb);
     expect_same_file(a, b, "checkpoint/model.safetensors");
@@ -121,6 +123,13 @@ Test(resume, pure_bf16_stochastic_rounding_restores_the_random_streams, .timeout
 {
     straight_vs_resumed("", "-s 'precision.plugin=\"pure-bf16\"' -s 'precision.rounding=\"stochastic\"' "
                             "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01");
+}
+
+/* fp8-delayed with a 4-step amax window: after the checkpoint every scale comes from
+ * the restored histories, so the rest of the run matches only if they came back. */
+Test(resume, fp8_delayed_restores_the_amax_histories, .timeout = 60)
+{
+    straight_vs_resumed("", "-s 'precision.plugin=\"fp8-delayed\"' -s precision.fp8-delayed.amax_history_len=4");
 }
 
 /* A killed run folder with a checkpoint at step 10. */

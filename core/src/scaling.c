@@ -43,6 +43,8 @@ void mpx_scaling_free(mpx_scaling_state *st)
 {
     for (size_t i = 0; i < st->n; i++) free(st->e[i].hist);
     free(st->e);
+    for (size_t i = 0; i < st->n_pending; i++) free(st->pending[i].hist);
+    free(st->pending);
     json_decref(st->trace);
     memset(st, 0, sizeof *st);
 }
@@ -82,6 +84,17 @@ int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, con
         e->scale = 1.0f;            /* TE starts every scale at 1 */
         e->fmt_max = fmax;
         snprintf(e->name, sizeof e->name, "%s", name);
+        for (size_t i = 0; i < st->n_pending; i++) {
+            mpx_scale_pending *p = &st->pending[i];
+            if (p->hist && p->t == t && !strcmp(p->name, e->name)) {
+                e->scale = p->scale;
+                e->uses = p->uses;
+                memcpy(e->hist, p->hist, (size_t)st->len * sizeof *e->hist);
+                free(p->hist);
+                p->hist = NULL;
+                break;
+            }
+        }
     }
     /* a NaN amax is kept (fmaxf would drop it) so the update keeps the old scale */
     e->hist[0] = isnan(amax) || isnan(e->hist[0]) ? NAN : fmaxf(e->hist[0], amax);
@@ -136,4 +149,64 @@ json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const mpx_format_tab
     json_object_set_new(o, "tensors", tensors);
     json_object_set_new(o, "trace_min_max", json_deep_copy(st->trace));
     return o;
+}
+
+static json_t *bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return json_sprintf("%08x", (unsigned)u);
+}
+
+static int unbits(json_t *j, float *x)
+{
+    const char *s = json_string_value(j);
+    if (!s) return -1;
+    uint32_t u = (uint32_t)strtoul(s, NULL, 16);
+    memcpy(x, &u, 4);
+    return 0;
+}
+
+json_t *mpx_scaling_checkpoint(const mpx_scaling_state *st)
+{
+    json_t *entries = json_array();
+    for (size_t i = 0; i < st->n; i++) {
+        const mpx_scale_entry *e = &st->e[i];
+        json_t *h = json_array();
+        for (int j = 0; j < st->len; j++) json_array_append_new(h, bits(e->hist[j]));
+        json_array_append_new(entries, json_pack("{s:s, s:i, s:o, s:I, s:o}", "tensor", e->name, "dtype", (int)e->t,
+                                                 "scale", bits(e->scale), "uses", (json_int_t)e->uses, "amax_history", h));
+    }
+    return json_pack("{s:i, s:I, s:o, s:O}", "amax_history_len", st->len, "steps", (json_int_t)st->steps,
+                     "entries", entries, "trace", st->trace);
+}
+
+int mpx_scaling_restore(mpx_scaling_state *st, json_t *j)
+{
+    json_t *entries = json_object_get(j, "entries");
+    if (json_integer_value(json_object_get(j, "amax_history_len")) != st->len || !json_is_array(entries)) return -1;
+    size_t n = json_array_size(entries);
+    st->pending = calloc(n ? n : 1, sizeof *st->pending);
+    if (!st->pending) return -1;
+    st->n_pending = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(entries, i), *h = json_object_get(e, "amax_history");
+        mpx_scale_pending *p = &st->pending[i];
+        const char *name = json_string_value(json_object_get(e, "tensor"));
+        if (!name || json_array_size(h) != (size_t)st->len || unbits(json_object_get(e, "scale"), &p->scale)) return -1;
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->t = (mpx_dtype)json_integer_value(json_object_get(e, "dtype"));
+        p->uses = json_integer_value(json_object_get(e, "uses"));
+        p->hist = calloc((size_t)st->len, sizeof *p->hist);
+        if (!p->hist) return -1;
+        for (int k = 0; k < st->len; k++)
+            if (unbits(json_array_get(h, (size_t)k), &p->hist[k])) return -1;
+    }
+    st->steps = json_integer_value(json_object_get(j, "steps"));
+    json_t *trace = json_object_get(j, "trace");
+    if (json_is_array(trace)) {
+        json_decref(st->trace);
+        st->trace = json_deep_copy(trace);
+    }
+    return 0;
 }

@@ -29,6 +29,16 @@ typedef struct mpx_scale_entry {
     int64_t uses;
 } mpx_scale_entry;
 
+/* A restored entry waiting for its tensor: keys are addresses, which a new process does
+ * not share, so a checkpoint names entries and the first use of that name adopts it. */
+typedef struct mpx_scale_pending {
+    mpx_dtype t;
+    char name[80];
+    float scale;
+    float *hist;
+    int64_t uses;
+} mpx_scale_pending;
+
 typedef struct mpx_scaling_state {
     mpx_scaling recipe;
     int len;
@@ -38,6 +48,8 @@ typedef struct mpx_scaling_state {
     size_t n, cap;
     int64_t steps;
     json_t *trace;      /* [step, min scale, max scale] per format, every step */
+    mpx_scale_pending *pending;
+    size_t n_pending;
 } mpx_scaling_state;
 
 void mpx_scaling_init(mpx_scaling_state *st, const mpx_precision_desc *d);
@@ -54,5 +66,10 @@ void mpx_scaling_end_step(mpx_scaling_state *st);
 /* The recipe, every tensor's scale and amax history, and the per-step trace. */
 struct mpx_format_table;
 json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const struct mpx_format_table *fmts);
+
+/* The exact state (every float as its bit pattern) for a training-state checkpoint, and
+ * its restoration into a state set up for the same configuration; -1 if malformed. */
+json_t *mpx_scaling_checkpoint(const mpx_scaling_state *st);
+int mpx_scaling_restore(mpx_scaling_state *st, json_t *j);
 
 #endif

@@ -204,7 +204,7 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
     json_t *evals = json_object_get(metrics, "evals");
     json_t *m = json_pack("{s:O, s:O, s:O, s:o}", "losses", p->losses, "loss_scale_trace", p->trace,
                           "overflow_steps", p->overflows, "evals", evals ? json_deep_copy(evals) : json_array());
-    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o}",
+    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o, s:o}",
                      "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)p->step,
                      "total_steps", (json_int_t)p->total, "tick", (json_int_t)s->tick, "seed", (json_int_t)s->seed,
                      "updates", (json_int_t)p->updates, "skipped", (json_int_t)p->skipped,
@@ -212,7 +212,7 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
                      "last_loss", real_or_null(p->last_loss), "elapsed_s", p->elapsed,
                      "data_position", (json_int_t)pos[0], (json_int_t)pos[1], "loss_scaler", scaler_json(ls),
                      "diagnostics", diag_json(diag), "metrics", m, "buffers", layout,
-                     "config", mpx_config_to_json(s->cfg));
+                     "config", mpx_config_to_json(s->cfg), "scaling", mpx_scaling_checkpoint(&s->scaling));
 }
 
 static int write_config(const mpx_session *s, const char *path, char *err, size_t errlen)
@@ -470,6 +470,10 @@ int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_reco
     }
     if (load_diag(json_object_get(st, "diagnostics"), diag)) {
         snprintf(err, errlen, "%s: diagnostics: incomplete", path);
+        goto out;
+    }
+    if (s->prec.scaling == MPX_SCALING_DELAYED && mpx_scaling_restore(&s->scaling, json_object_get(st, "scaling"))) {
+        snprintf(err, errlen, "%s: scaling: the delayed-scaling state is missing or malformed", path);
         goto out;
     }
     uint64_t dp[2] = { (uint64_t)json_integer_value(json_array_get(pos, 0)),
