@@ -1,8 +1,8 @@
 /* test-only precision plugin "abi10-bf16" as a plugin built against the ABI 1.0 headers
  * looks to the core: it claims minor 0, its precision vtable stops before the 1.2
  * `formats` fields, and its descriptor's size before the 1.1 `upstream` field and the 1.2
- * scaling fields, which it
- * never writes. The core must load it and run it as before (test_fp8_policies). */
+ * scaling fields, which it never writes. The core must load it and run it as before
+ * (test_fp8_policies). */
 #include <stddef.h>
 
 #include "mpx/mpx.h"
