@@ -1,7 +1,8 @@
 /* The sweep executors beyond the serial one, held against the serial executor's matrix:
  * --jobs 2 gives the matrix of --jobs 1, each cell in its own folder and log, the cores
  * split; the Slurm job script has one array task per unfinished cell with the sweep file's
- * resources; and, where Slurm is installed, a one-node cluster on loopback (munged,
+ * resources; --status reads Slurm's states (hand-written squeue/sacct answers) and a new
+ * submission leaves out the queued, running and finished cells; and, where Slurm is installed, a one-node cluster on loopback (munged,
  * slurmctld, slurmd started by tests/slurm/cluster.sh in a temp folder) runs the sweep to
  * the serial matrix, and after one array task is cancelled with scancel a second
  * submission holds that cell only. Every daemon the test starts is stopped, in .fini and
@@ -138,6 +139,49 @@ Test(sweep_slurm, the_job_script_holds_one_task_per_unfinished_cell_and_the_reso
     file = sweep_file(dir, LR_SEED, "slurm = { cpus = 2;\n  memroy = \"1G\"; };");
     cr_expect_eq(ts_sh(out, sizeof out, SWEEP " --executor slurm --dry-run 2>&1", file, dir, "out"), 2);
     cr_expect(strstr(out, "toy.cfg:6: unknown key 'memroy' in slurm"), "%s", out);
+}
+
+/* Slurm's answers, hand-written in the formats squeue/sacct print for the options mpx
+ * passes, for a submission whose eight tasks ended every way a task can end. */
+Test(sweep_slurm, status_reads_slurm_states_and_the_rerun_skips_queued_and_finished_cells)
+{
+    char *dir = ts_tmpdir("slurm-status"), out[16384], path[PATH_MAX];
+    char *file = sweep_file(dir, "{ key = \"optimizer.lr\"; values = (0.05, 0.1); },\n"
+                                 "  { key = \"run.seed\"; values = (1, 2, 3, 4); }", "");
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " 2>/dev/null", file, dir, "out"), 0, "%s", out);
+    /* only 0.1_3 (index 6) keeps its finished record */
+    cr_assert_eq(ts_sh(out, sizeof out, "cd %s/out/toy && for c in 0.05_1 0.05_2 0.05_3 0.05_4 0.1_1 0.1_2 0.1_4; do "
+                       "rm $c-*/run.json; done", dir), 0, "%s", out);
+    snprintf(path, sizeof path, "%s/out/toy/slurm.json", dir);
+    ts_write_file(path, "{\"schema_version\": 1, \"submissions\": [{\"job_id\": \"7\", \"cells\": "
+                        "[{\"index\": 0}, {\"index\": 1}, {\"index\": 2}, {\"index\": 3}, {\"index\": 4}, "
+                        "{\"index\": 5}, {\"index\": 6}, {\"index\": 7}]}]}\n");
+    cr_assert_eq(ts_sh(out, sizeof out,
+                       "mkdir -p %s/bin && cd %s/bin && "
+                       "printf '#!/bin/sh\\n[ \"$4\" = 7 ] || exit 1\\necho \"7_0|PENDING|Priority\"\\n"
+                       "echo \"7_1|RUNNING|None\"\\n' > squeue && "
+                       "printf '#!/bin/sh\\n[ \"$5\" = 7 ] || exit 1\\necho \"7_2|TIMEOUT|0:0|None\"\\n"
+                       "echo \"7_3|PREEMPTED|0:15|None\"\\necho \"7_4|CANCELLED by 0|0:15|None\"\\n"
+                       "echo \"7_5|OUT_OF_MEMORY|0:125|None\"\\necho \"7_6|COMPLETED|0:0|None\"\\n' > sacct && "
+                       "chmod +x squeue sacct", dir, dir), 0, "%s", out);
+    char env[PATH_MAX + 32];
+    snprintf(env, sizeof env, "PATH=%s/bin:$PATH", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "%s " SWEEP " --status", env, file, dir, "out"), 1, "%s", out);
+    const char *want[] = {
+        "  pending    0.05_1 ", "slurm 7_0: PENDING (Priority)\n",
+        "  running    0.05_2 ", "slurm 7_1: RUNNING\n",
+        "  failed     0.05_3 ", "slurm 7_2: TIMEOUT exit 0:0; its record: no record\n",
+        "  preempted  0.05_4 ", "slurm 7_3: PREEMPTED exit 0:15;",
+        "  cancelled  0.1_1 ", "slurm 7_4: CANCELLED exit 0:15;",
+        "  failed     0.1_2 ", "slurm 7_5: OUT_OF_MEMORY exit 0:125;",
+        "  finished   0.1_3 ",
+        "  todo       0.1_4 ", "slurm 7_7: no longer queued",
+        "sweep toy: 1 finished, 2 failed, 1 pending, 1 running, 1 preempted, 1 cancelled, 1 todo\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
+    /* a new submission: neither the queued nor the running nor the finished cell */
+    cr_assert_eq(ts_sh(out, sizeof out, "%s " SWEEP " --executor slurm --dry-run", env, file, dir, "out"), 0, "%s", out);
+    cr_expect(strstr(out, "\n#SBATCH --array=2-5,7\n"), "%s", out);
 }
 
 /* ---- a one-node Slurm cluster on loopback --------------------------------------------- */

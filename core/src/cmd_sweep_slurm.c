@@ -9,7 +9,19 @@
 #include "sweep_slurm.h"
 #include "sweep_status.h"
 
-int mpx_sweep_status_cmd(const mpx_sweep *sw, const mpx_sweep_cell *cells, const char *sweep_dir)
+/* The records were read before Slurm was asked: a task that ended in between has written
+ * its final record by now, so read again those of the tasks Slurm says are over. */
+static void reread_ended(const mpx_sweep *sw, mpx_sweep_cell *cells, const mpx_slurm_cell *sc, const char **states)
+{
+    for (size_t i = 0; i < sw->n_cells; i++) {
+        mpx_sweep_cell *c = &cells[i];
+        if (sc[i].state == MPX_SLURM_NONE || mpx_slurm_active(sc[i].state) || c->rec == MPX_REC_FINISHED) continue;
+        c->rec = mpx_sweep_read_state(c->dir, c->rec_why, sizeof c->rec_why);
+        if (states && c->rec == MPX_REC_FINISHED) states[i] = "finished";
+    }
+}
+
+int mpx_sweep_status_cmd(const mpx_sweep *sw, mpx_sweep_cell *cells, const char *sweep_dir)
 {
     mpx_slurm_cell *sc = calloc(sw->n_cells, sizeof *sc);
     if (!sc) {
@@ -17,12 +29,13 @@ int mpx_sweep_status_cmd(const mpx_sweep *sw, const mpx_sweep_cell *cells, const
         return 2;
     }
     int n_subs = mpx_slurm_query(sweep_dir, sw->n_cells, sc);
+    reread_ended(sw, cells, sc, NULL);
     int rc = mpx_sweep_print_status(sw, cells, sc, n_subs, sweep_dir);
     free(sc);
     return rc;
 }
 
-int mpx_sweep_slurm(const mpx_sweep *sw, const mpx_sweep_cell *cells, const char **states, int *todo,
+int mpx_sweep_slurm(const mpx_sweep *sw, mpx_sweep_cell *cells, const char **states, int *todo,
                     const mpx_sweep_slurm_opts *o, const char *sweep_dir)
 {
     char err[8192], job[64];
@@ -32,8 +45,10 @@ int mpx_sweep_slurm(const mpx_sweep *sw, const mpx_sweep_cell *cells, const char
         return 2;
     }
     mpx_slurm_query(sweep_dir, sw->n_cells, sc);
+    reread_ended(sw, cells, sc, states);
     size_t m = 0, held = 0;
     for (size_t i = 0; i < sw->n_cells; i++) {
+        if (cells[i].rec == MPX_REC_FINISHED) todo[i] = 0;
         int was = todo[i];
         todo[i] = mpx_sweep_slurm_todo(&cells[i], &sc[i], todo[i]);
         if (was && !todo[i]) {

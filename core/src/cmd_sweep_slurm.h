@@ -15,10 +15,10 @@ typedef struct mpx_sweep_slurm_opts {
 
 /* Submit the cells with todo[i] set that Slurm does not still hold (todo and states are
  * updated). Exit code: 0 submitted or nothing to submit, 2 on an error. */
-int mpx_sweep_slurm(const mpx_sweep *sw, const mpx_sweep_cell *cells, const char **states, int *todo,
+int mpx_sweep_slurm(const mpx_sweep *sw, mpx_sweep_cell *cells, const char **states, int *todo,
                     const mpx_sweep_slurm_opts *o, const char *sweep_dir);
 
 /* mpx sweep --status: 0 when every cell is finished or skipped, 1 otherwise. */
-int mpx_sweep_status_cmd(const mpx_sweep *sw, const mpx_sweep_cell *cells, const char *sweep_dir);
+int mpx_sweep_status_cmd(const mpx_sweep *sw, mpx_sweep_cell *cells, const char *sweep_dir);
 
 #endif
