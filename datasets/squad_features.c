@@ -204,11 +204,19 @@ static int answer_found(const char *ctx, const mpx_squad_doc *d, int32_t ws, int
     return found;
 }
 
-static int skip_question(builder *B, int32_t q)
+const char *mpx_squad_skip_reason_name(mpx_squad_skip_reason r)
+{
+    static const char *const names[MPX_SQUAD_SKIP_COUNT] = { "no_answer", "answer_outside_context",
+                                                             "answer_not_on_words", "answer_text_not_at_offset" };
+    return (unsigned)r < MPX_SQUAD_SKIP_COUNT ? names[r] : "?";
+}
+
+static int skip_question(builder *B, int32_t q, mpx_squad_skip_reason why)
 {
     mpx_squad_features *fs = B->fs;
     if (grow((void **)&fs->skipped, &B->cap_skipped, fs->n_skipped + 1, sizeof(int32_t))) return oom(B, "skip list");
     fs->skipped[fs->n_skipped++] = q;
+    fs->skip_reasons[why]++;
     return 1;
 }
 
@@ -236,16 +244,17 @@ static int answer_tokens(builder *B, int32_t q, int32_t *ts, int32_t *te)
     const mpx_squad_question *Q = &fs->data->questions[q];
     const mpx_squad_doc *d = &fs->docs[Q->paragraph];
     const char *ctx = fs->data->paragraphs[Q->paragraph].context;
-    if (Q->n_answers < 1) return skip_question(B, q);
+    if (Q->n_answers < 1) return skip_question(B, q, MPX_SQUAD_SKIP_NO_ANSWER);
     const mpx_squad_answer *a = &Q->answers[0];
     int32_t n_cp = count_cps(ctx), len = count_cps(a->text);
-    int32_t first = a->answer_start, last = a->answer_start + len - 1;
-    if (len == 0 || first >= n_cp || last >= n_cp) return skip_question(B, q);
-    int32_t ws = word_of_cp(d, first), we = word_of_cp(d, last);
-    if (ws < 0 || we < ws) return skip_question(B, q);
+    /* in 64 bits: answer_start comes from the file (2147483647 + len would overflow) */
+    int64_t first = a->answer_start, last = (int64_t)a->answer_start + len - 1;
+    if (len == 0 || first < 0 || first >= n_cp || last >= n_cp) return skip_question(B, q, MPX_SQUAD_SKIP_OUTSIDE_CONTEXT);
+    int32_t ws = word_of_cp(d, (int32_t)first), we = word_of_cp(d, (int32_t)last);
+    if (ws < 0 || we < ws) return skip_question(B, q, MPX_SQUAD_SKIP_NOT_ON_WORDS);
     int found = answer_found(ctx, d, ws, we, a->text);
     if (found < 0) return oom(B, "answer check");
-    if (!found) return skip_question(B, q);
+    if (!found) return skip_question(B, q, MPX_SQUAD_SKIP_TEXT_MISMATCH);
     *ts = d->orig_to_tok[ws];
     *te = we < d->n_words - 1 ? d->orig_to_tok[we + 1] - 1 : d->n_tokens - 1;
     if (improve_span(B, d, a->text, ts, te)) {

@@ -38,6 +38,15 @@ typedef struct mpx_squad_doc {
     int32_t *orig_to_tok;/* [n_words] first sub-token of each word */
 } mpx_squad_doc;
 
+/* Why a training question is left out (run_squad.py drops the same ones, silently). */
+typedef enum mpx_squad_skip_reason {
+    MPX_SQUAD_SKIP_NO_ANSWER = 0,         /* no answer given */
+    MPX_SQUAD_SKIP_OUTSIDE_CONTEXT = 1,   /* answer_start (or its end) past the context, empty answer */
+    MPX_SQUAD_SKIP_NOT_ON_WORDS = 2,      /* the span does not fall on the context's words */
+    MPX_SQUAD_SKIP_TEXT_MISMATCH = 3,     /* the context at answer_start does not read the answer */
+    MPX_SQUAD_SKIP_COUNT = 4,
+} mpx_squad_skip_reason;
+
 typedef struct mpx_squad_features {
     mpx_squad_feature_config cfg;
     const mpx_squad_dataset *data; /* borrowed: must outlive the features */
@@ -51,7 +60,11 @@ typedef struct mpx_squad_features {
     int32_t *n_question_features;  /* [n_questions]; 0 = skipped or empty context */
     int32_t n_skipped;             /* training questions whose answer is not at its offset */
     int32_t *skipped;              /* [n_skipped] question indices */
+    int32_t skip_reasons[MPX_SQUAD_SKIP_COUNT]; /* n_skipped by reason */
 } mpx_squad_features;
+
+/* The reason of each skipped training question, as the record names it. */
+const char *mpx_squad_skip_reason_name(mpx_squad_skip_reason r);
 
 /* Tokenises and windows every question of data. 0 on success; an answer that cannot be
  * found at its offset is not an error (counted in n_skipped, as run_squad.py skips it). */

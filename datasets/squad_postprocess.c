@@ -220,7 +220,7 @@ static int collect(const mpx_squad_features *fs, int32_t q, const float *sl, con
                 S->n++;
             }
     }
-    qsort(S->p, (size_t)S->n, sizeof *S->p, cmp_prelim);
+    if (S->n > 1) qsort(S->p, (size_t)S->n, sizeof *S->p, cmp_prelim); /* S->p is NULL before any */
     return 0;
 }
 

@@ -185,6 +185,7 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     if (!rc) rc = mpx_task_open(&t, &s, train, err, sizeof err);
     if (!rc) {
         json_object_set_new(root, "data_files", t.data_files(&t));
+        if (t.dropped) json_object_set(root, "data_dropped", t.dropped);
         json_object_set_new(root, "checkpoint_files", checkpoint_files(&s));
         rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }

@@ -26,6 +26,9 @@ struct mpx_task {
      * and a jump back there (training-state checkpoints; train_state.h). */
     void (*position)(const mpx_task *t, uint64_t pos[2]);
     int (*seek)(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *err, size_t errlen);
+    /* What the task left out of the data and why (NULL: nothing), for run.json's
+     * "data_dropped"; owned by the task. */
+    json_t *dropped;
     /* Data files the run used (path → sha256), for the record. */
     json_t *(*data_files)(mpx_task *t);
     void (*destroy)(mpx_task *t);

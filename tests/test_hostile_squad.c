@@ -1,0 +1,117 @@
+/* Hostile SQuAD files (issue 15), made up here from the tiny fixture vocabulary (no SQuAD
+ * text): a train file where 41 of 42 answers start past their context used to train
+ * "successfully" with the 41 dropped silently; answer_start = 2147483647 overflowed a
+ * signed sum (UBSan); a dev context of one very long word passed a null pointer to qsort
+ * (UBSan). Now skipped questions are counted by reason in run.json with a note on
+ * stderr, a mostly-unusable file is an error (mpx check and mpx run), and both UB cases
+ * are plain skips / empty candidate lists, run under the sanitizer build in CI. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+
+static char out[16384];
+
+#define CONTEXT "tok5 tok6 tok7 tok8 tok9 tok10 tok11 tok12"
+
+/* A SQuAD v1.1 file of n questions on CONTEXT; question i answers "tok7" at offset 10,
+ * or at `bad_start` for the first n_bad ones. */
+static void write_squad(const char *path, int n, int n_bad, json_int_t bad_start, const char *context)
+{
+    json_t *qas = json_array();
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "q%d", i);
+        json_array_append_new(qas, json_pack("{s:s, s:s, s:[{s:s, s:I}]}", "id", id, "question", "tok20 tok21 tok22",
+                                             "answers", "text", "tok7", "answer_start", i < n_bad ? bad_start : 10));
+    }
+    json_t *root = json_pack("{s:s, s:[{s:s, s:[{s:s, s:o}]}]}", "version", "1.1", "data", "title", "made_up",
+                             "paragraphs", "context", context ? context : CONTEXT, "qas", qas);
+    cr_assert_eq(json_dump_file(root, path, 0), 0, "%s", path);
+    json_decref(root);
+}
+
+static int mpx_tiny(const char *cmd, const char *train, const char *dev, const char *outdir)
+{
+    return ts_sh(out, sizeof out, "build/bin/mpx %s configs/tiny_squad.cfg -s 'data.squad.train_file=\"%s\"' "
+                 "-s 'data.squad.dev_file=\"%s\"' -s data.squad.train_questions=0 -s data.squad.dev_questions=0 "
+                 "-s train.max_steps=2 %s %s 2>&1", cmd, train, dev, outdir ? "--out" : "", outdir ? outdir : "");
+}
+
+Test(hostile_squad, a_train_file_of_mostly_unusable_answers_is_an_error, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], run[512];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    snprintf(run, sizeof run, "%s/run", d);
+    write_squad(train, 42, 41, 1000, NULL);
+    write_squad(dev, 4, 0, 0, NULL);
+    cr_expect_eq(mpx_tiny("check", train, dev, NULL), 1, "%s", out);
+    cr_expect(strstr(out, "41 of 42 training questions are unusable (answer_outside_context 41)") != NULL, "%s", out);
+    cr_expect_eq(mpx_tiny("run", train, dev, run), 1, "%s", out);
+    cr_expect(strstr(out, "41 of 42 training questions are unusable") != NULL, "%s", out);
+    free(d);
+}
+
+Test(hostile_squad, a_skipped_question_is_counted_with_its_reason_and_noted, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], run[512], path[600];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    snprintf(run, sizeof run, "%s/run", d);
+    write_squad(train, 42, 1, 2147483647, NULL); /* the largest answer_start the reader takes */
+    write_squad(dev, 4, 0, 0, NULL);
+    cr_assert_eq(mpx_tiny("run", train, dev, run), 0, "%s", out);
+    cr_expect(strstr(out, "note: ") && strstr(out, "1 of 42 training questions skipped (answer_outside_context 1)"),
+              "%s", out);
+    snprintf(path, sizeof path, "%s/run.json", run);
+    json_t *j = ts_load_json(path);
+    json_t *tr = json_object_get(json_object_get(j, "data_dropped"), "train");
+    cr_expect_eq(json_integer_value(json_object_get(tr, "questions")), 42);
+    cr_expect_eq(json_integer_value(json_object_get(tr, "skipped_questions")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(tr, "reasons"), "answer_outside_context")), 1);
+    json_decref(j);
+    free(d);
+}
+
+Test(hostile_squad, a_dev_context_of_one_very_long_word_evaluates, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], run[512];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    snprintf(run, sizeof run, "%s/run", d);
+    char *word = malloc(3001);
+    memset(word, 'a', 3000);
+    word[3000] = 0;
+    write_squad(train, 8, 0, 0, NULL);
+    write_squad(dev, 2, 2, 0, word);
+    free(word);
+    cr_expect_eq(mpx_tiny("run", train, dev, run), 0, "%s", out);
+    free(d);
+}
+
+/* A diverged model (lr 1e30, no clipping): evaluation used to end with "out of memory
+ * building JSON" and leave predictions.json.tmp. Now it is an error that says so and
+ * names the step where the training loss went non-finite; the loss curve keeps that
+ * step (null: JSON has no NaN) rather than dropping it. */
+Test(hostile_squad, non_finite_scores_at_evaluation_are_an_error_naming_the_step, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-nan"), path[600];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/tiny_squad.cfg -s optimizer.lr=1e30 -s train.gradient_clipping=0 "
+                   "-s train.max_steps=5 --out %s/run 2>&1", d);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "logits are not finite (NaN or inf): the model diverged; the training loss first went "
+                          "non-finite at step ") != NULL, "%s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", d);
+    json_t *j = ts_load_json(path);
+    json_t *m = json_object_get(j, "metrics");
+    json_int_t bad = json_integer_value(json_object_get(m, "first_nonfinite_loss_step"));
+    cr_expect_eq(json_array_size(json_object_get(m, "losses")), 5);
+    cr_expect(json_is_null(json_array_get(json_object_get(m, "losses"), (size_t)bad)), "losses[%lld] is null", (long long)bad);
+    json_decref(j);
+    cr_expect_eq(ts_sh(out, sizeof out, "ls %s/run | grep -c tmp", d), 1, "no temp file left: %s", out);
+    free(d);
+}
