@@ -7,6 +7,7 @@
  * mpx check as by mpx run/eval. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,4 +110,48 @@ Test(hostile_checkpoint, a_memory_plan_past_the_machine_or_max_memory_is_refused
     cr_expect_eq(rc, 1);
     cr_expect(strstr(out, "more than run.max_memory (0.001 GB)") != NULL, "%s", out);
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s run.max_memory=1e9 2>&1"), 0, "%s", out);
+}
+
+/* A safetensors file of two F32 [64] tensors with this header body and `data` bytes. */
+static char *safetensors_with(const char *header, size_t data)
+{
+    char *d = hostile_checkpoint("\"num_hidden_layers\": 0", 0), path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", d);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint64_t n = strlen(header);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    fwrite(len, 1, 8, f);
+    fwrite(header, 1, n, f);
+    for (size_t i = 0; i < data; i++) fputc(0, f);
+    fclose(f);
+    return d;
+}
+
+/* The format's reference implementation refuses a name given twice and byte ranges that
+ * overlap or leave gaps (sorted by offset, each must start where the last ended). */
+Test(hostile_checkpoint, safetensors_duplicate_names_and_overlapping_ranges_are_refused, .timeout = 30)
+{
+    static const struct { const char *header; size_t data; const char *want; } cases[] = {
+        { "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,256]},"
+          "\"embeddings.LayerNorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[256,512]}}",
+          512, "duplicate object key" },
+        { "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,256]},"
+          "\"embeddings.LayerNorm.bias\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[128,384]}}",
+          384, "overlaps tensor" },
+        { "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[256,512]},"
+          "\"embeddings.LayerNorm.bias\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[768,1024]}}",
+          1024, "leaving a gap" },
+        { "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,256]}}",
+          300, "the tensors cover 256 data bytes but the file holds 300" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *d = safetensors_with(cases[i].header, cases[i].data);
+        int rc = mpx_on("check", d, "");
+        cr_expect_eq(rc, 1, "case %zu: exit %d\n%s", i, rc, out);
+        cr_expect(strstr(out, cases[i].want) != NULL && strstr(out, "model.safetensors") != NULL,
+                  "case %zu: no '%s' in\n%s", i, cases[i].want, out);
+        free(d);
+    }
 }

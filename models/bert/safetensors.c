@@ -89,10 +89,46 @@ static int parse_entry(mpx_env *env, st_file *sf, const char *name, json_t *v, s
     return t->name ? 0 : MPX_FAIL(env, "out of memory");
 }
 
+static int by_begin(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* As the reference implementation (safetensors' validate): sorted by offset, each
+ * tensor's data starts where the previous one's ends (no overlap, no gap), from 0 to
+ * the end of the file. */
+static int check_layout(mpx_env *env, st_file *sf)
+{
+    const st_tensor **order = malloc((sf->n ? sf->n : 1) * sizeof *order);
+    if (!order) return MPX_FAIL(env, "out of memory");
+    for (size_t i = 0; i < sf->n; i++) order[i] = &sf->t[i];
+    qsort(order, sf->n, sizeof *order, by_begin);
+    uint64_t at = 0;
+    int rc = 0;
+    for (size_t i = 0; i < sf->n && !rc; i++) {
+        const st_tensor *t = order[i];
+        if (t->begin < at)
+            rc = MPX_FAIL(env, "%s: tensor '%s' (bytes %llu-%llu) overlaps tensor '%s' (ending at %llu)", sf->path,
+                          t->name, (unsigned long long)t->begin, (unsigned long long)t->end, order[i - 1]->name,
+                          (unsigned long long)at);
+        else if (t->begin > at)
+            rc = MPX_FAIL(env, "%s: tensor '%s' starts at data byte %llu, leaving a gap after byte %llu", sf->path,
+                          t->name, (unsigned long long)t->begin, (unsigned long long)at);
+        at = t->end;
+    }
+    if (!rc && sf->data_start + at != sf->file_size)
+        rc = MPX_FAIL(env, "%s: the tensors cover %llu data bytes but the file holds %llu", sf->path,
+                      (unsigned long long)at, (unsigned long long)(sf->file_size - sf->data_start));
+    free(order);
+    return rc;
+}
+
 static int parse_header(mpx_env *env, st_file *sf, const char *text, size_t len)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
+    /* the format's reference implementation refuses a name given twice */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return MPX_FAIL(env, "%s: corrupt header, JSON error at line %d column %d: %s",
                         sf->path, jerr.line, jerr.column, jerr.text);
@@ -109,7 +145,7 @@ static int parse_header(mpx_env *env, st_file *sf, const char *text, size_t len)
         if (!rc) sf->n++;
     }
     json_decref(root);
-    return rc;
+    return rc ? rc : check_layout(env, sf);
 }
 
 static int read_header(mpx_env *env, st_file *sf)
