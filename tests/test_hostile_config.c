@@ -108,3 +108,29 @@ Test(hostile_config, check_returns_at_once_on_huge_counts, .timeout = 10)
     expect_refused("-s train.max_steps=5000000000L -s train.gradient_accumulation_steps=2", "train.max_steps asks for", NULL);
     expect_refused("-s train.gradient_accumulation_steps=9000000000000000000L", "overflows", NULL);
 }
+
+/* A mistyped plugin on a sweep axis is an error before any cell runs; a plugin mpx knows
+ * but that is not installed here (comm/nccl: built only with CUDA and NCCL) stays a
+ * skipped cell. */
+Test(hostile_config, a_mistyped_sweep_axis_plugin_is_an_error_before_any_cell)
+{
+    char *d = ts_tmpdir("hostile-sweep"), path[512], text[1024];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\n"
+             "axes = ( { key = \"precision.plugin\"; values = (\"fp32\", \"fp3\"); } );\n", getenv("PWD"));
+    ts_write_file(path, text);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' 2>&1; ls %s/out 2>&1; true",
+                       path, d, d), 0);
+    cr_expect_eq(ts_sh(NULL, 0, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' 2>/dev/null", path, d), 2,
+                 "exit 2: a sweep-file error");
+    cr_expect(strstr(out, "cell fp3: precision.plugin = \"fp3\": no precision plugin of that name is installed or "
+                          "known") != NULL && strstr(out, "did you mean 'fp32'?") != NULL, "%s", out);
+    cr_expect(strstr(out, "No such file") != NULL, "no cell ran (nothing under out/):\n%s", out);
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\n"
+             "axes = ( { key = \"comm.plugin\"; values = (\"local\", \"nccl\"); } );\n", getenv("PWD"));
+    ts_write_file(path, text);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path), 0, "%s", out);
+    if (strstr(out, "todo      nccl")) cr_skip_test("comm/nccl is installed here");
+    cr_expect(strstr(out, "skipped: comm/nccl not found") != NULL, "%s", out);
+    free(d);
+}

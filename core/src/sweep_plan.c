@@ -2,6 +2,7 @@
  * with the same session code `mpx run` uses, so that a cell whose plugin is missing or
  * declared incompatible is recorded as skipped instead of being run to fail. */
 #include "sweep.h"
+#include "plugin_names.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "../../datasets/sha256.h"
 #include "core_schema.h"
+#include "plugin_names.h"
 
 static char *xstrdup(const char *s)
 {
@@ -91,18 +93,28 @@ static void hash_request(const mpx_sweep *sw, const mpx_sweep_cell *c, char id[3
     mpx_sha256_hex(digest, 4, id);
 }
 
-/* Which selected plugins are not installed; "" when all are. */
-static void missing_plugins(const mpx_config *raw, const mpx_session *s, char *why, size_t len)
+/* Which selected plugins are not installed; "" when all are. Returns -1 (the reason in
+ * why) when one is no plugin mpx knows either: a typo, not a skipped cell. */
+static int missing_plugins(const mpx_config *raw, const mpx_session *s, char *why, size_t len)
 {
-    char dirs[2048];
+    char dirs[2048], names[512];
     why[0] = 0;
     for (int k = 0; k < MPX_KIND_COUNT; k++) {
         const char *name = mpx_config_selected(raw, mpx_kind_name((mpx_kind)k));
         if (!name || mpx_registry_find(&s->reg, (mpx_kind)k, name)) continue;
+        if (!mpx_plugin_name_known((mpx_kind)k, name)) {
+            const char *best = mpx_plugin_name_suggest(&s->reg, (mpx_kind)k, name);
+            snprintf(why, len, "%s.plugin = \"%s\": no %s plugin of that name is installed or known "
+                     "(installed: %s)%s%s%s", mpx_kind_name((mpx_kind)k), name, mpx_kind_name((mpx_kind)k),
+                     mpx_registry_names(&s->reg, (mpx_kind)k, names, sizeof names),
+                     best ? " — did you mean '" : "", best ? best : "", best ? "'?" : "");
+            return -1;
+        }
         size_t used = strlen(why);
         snprintf(why + used, len - used, "%s%s/%s not found (searched: %s)", used ? "; " : "",
                  mpx_kind_name((mpx_kind)k), name, mpx_registry_dirs_text(&s->reg, dirs, sizeof dirs));
     }
+    return 0;
 }
 
 /* Multi-line reasons become one line: they go into tables and listings. */
@@ -120,8 +132,9 @@ static void one_line(char *s, size_t cap)
     snprintf(s, cap, "%s", tmp);
 }
 
-/* Load, classify and hash one cell; sets plan, why, effective and id. */
-static void classify(const mpx_sweep *sw, mpx_session *s, mpx_sweep_cell *c, char *out_dir, size_t out_len)
+/* Load, classify and hash one cell; sets plan, why, effective and id. Returns -1 (the
+ * reason in why) when the cell names a plugin that does not exist. */
+static int classify(const mpx_sweep *sw, mpx_session *s, mpx_sweep_cell *c, char *out_dir, size_t out_len)
 {
     mpx_config *raw = NULL;
     const char *const *ov = (const char *const *)c->overrides;
@@ -129,29 +142,33 @@ static void classify(const mpx_sweep *sw, mpx_session *s, mpx_sweep_cell *c, cha
                         c->why, sizeof c->why)) {
         c->plan = MPX_PLAN_BAD;
         hash_request(sw, c, c->id);
-        return;
+        return 0;
     }
     const char *od;
     if (!mpx_config_get_string(raw, "run.output_dir", &od)) snprintf(out_dir, out_len, "%s", od);
-    missing_plugins(raw, s, c->why, sizeof c->why);
+    if (missing_plugins(raw, s, c->why, sizeof c->why)) {
+        mpx_config_free(raw);
+        return -1;
+    }
     if (c->why[0]) {
         c->plan = MPX_PLAN_SKIP;
         c->effective = mpx_config_to_json(raw);
         hash_config(raw, c->id);
         mpx_config_free(raw);
-        return;
+        return 0;
     }
     mpx_config_free(raw);
     if (mpx_session_configure(s, sw->base, ov, c->n_overrides, c->why, sizeof c->why)) {
         c->plan = MPX_PLAN_BAD;
         hash_request(sw, c, c->id);
         mpx_session_unconfigure(s);
-        return;
+        return 0;
     }
     c->plan = mpx_session_check_compat(s, c->why, sizeof c->why) ? MPX_PLAN_SKIP : MPX_PLAN_RUN;
     c->effective = mpx_config_to_json(s->cfg);
     hash_config(s->cfg, c->id);
     mpx_session_unconfigure(s);
+    return 0;
 }
 
 int mpx_sweep_plan(const mpx_sweep *sw, mpx_session *s, const char *const *user_ov, size_t n_user,
@@ -173,7 +190,10 @@ int mpx_sweep_plan(const mpx_sweep *sw, mpx_session *s, const char *const *user_
         }
         char out_dir[PATH_MAX];
         snprintf(out_dir, sizeof out_dir, "%s", base_out);
-        classify(sw, s, c, out_dir, sizeof out_dir);
+        if (classify(sw, s, c, out_dir, sizeof out_dir)) {
+            snprintf(err, errlen, "cell %s: %s", c->name, c->why);
+            return -1;
+        }
         one_line(c->why, sizeof c->why);
         if (snprintf(c->dir, sizeof c->dir, "%s/%s/%s-%s", out_dir, sw->name, c->name, c->id) >= (int)sizeof c->dir) {
             snprintf(err, errlen, "cell folder name too long under %s", out_dir);
