@@ -148,9 +148,10 @@ static int squad_seek(mpx_task *t, mpx_session *s, const uint64_t pos[2], char *
     return 0;
 }
 
-/* Logits of one eval batch into rows of the full [n_features][max_seq] arrays. */
+/* Logits of one eval batch into rows of the full [n_features][max_seq] arrays;
+ * *nonfinite counts NaN and inf among them (the padding past seq is -inf on purpose). */
 static int read_logits(mpx_session *s, const mpx_forward_out *fo, int32_t first, int rows, int32_t seq,
-                       int32_t row_len, float *start, float *end, float *tmp, void *dev32)
+                       int32_t row_len, float *start, float *end, float *tmp, void *dev32, size_t *nonfinite)
 {
     for (int k = 0; k < 2; k++) {
         size_t n = fo->rows * fo->cols;
@@ -159,9 +160,11 @@ static int read_logits(mpx_session *s, const mpx_forward_out *fo, int32_t first,
             return -1;
         float *dst = k == 0 ? start : end;
         for (int r = 0; r < rows; r++)
-            for (int32_t c = 0; c < row_len; c++)
-                dst[(size_t)(first + r) * (size_t)row_len + (size_t)c] =
-                    c < seq ? tmp[(size_t)r * fo->cols + (size_t)c] : -INFINITY;
+            for (int32_t c = 0; c < row_len; c++) {
+                float v = c < seq ? tmp[(size_t)r * fo->cols + (size_t)c] : -INFINITY;
+                *nonfinite += c < seq && !isfinite(v);
+                dst[(size_t)(first + r) * (size_t)row_len + (size_t)c] = v;
+            }
     }
     return 0;
 }
@@ -177,6 +180,7 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
     float *tmp = malloc((size_t)t->max_batch * row_len * 4);
     void *dev32 = mpx_session_alloc(s, MPX_ROLE_SCRATCH, (size_t)t->max_batch * row_len * 4, "eval logits");
     int rc = -1;
+    size_t nonfinite = 0;
     mpx_squad_predictions *pred = NULL;
     double *q_em = NULL, *q_f1 = NULL;
     if (!start || !end || !tmp || !dev32) { snprintf(err, errlen, "out of memory for the eval logits"); goto out; }
@@ -196,10 +200,20 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
                      m->env.label, fo.n_outputs, fo.rows, fo.cols, rows, seq);
             goto out;
         }
-        if (read_logits(s, &fo, first, rows, seq, (int32_t)row_len, start, end, tmp, dev32)) {
+        if (read_logits(s, &fo, first, rows, seq, (int32_t)row_len, start, end, tmp, dev32, &nonfinite)) {
             snprintf(err, errlen, "squad: cannot read the logits back");
             goto out;
         }
+    }
+    if (nonfinite) {
+        json_t *bad = json_object_get(metrics, "first_nonfinite_loss_step");
+        char when[160];
+        if (bad) snprintf(when, sizeof when, "the training loss first went non-finite at step %lld",
+                          (long long)json_integer_value(bad));
+        else snprintf(when, sizeof when, "the training loss stayed finite");
+        snprintf(err, errlen, "evaluation: %zu start/end logits are not finite (NaN or inf): the model diverged; %s",
+                 nonfinite, when);
+        goto out;
     }
     mpx_squad_postprocess_config pc = { (int32_t)d->n_best, (int32_t)d->max_answer };
     if (mpx_squad_postprocess(fs, start, end, (int32_t)row_len, &pc, &pred, err, errlen)) goto out;
@@ -251,8 +265,37 @@ static json_t *squad_files(mpx_task *t)
     return o;
 }
 
+/* Training questions the features leave out (run_squad.py drops them silently): counted
+ * by reason for the record, a note on stderr, and an error when they are most of the file. */
+static int report_skipped(mpx_task *t, squad_task *d, char *err, size_t errlen)
+{
+    const mpx_squad_features *fs = d->train_fs;
+    int32_t n_q = d->train.n_questions;
+    if (fs->n_skipped == 0) return 0;
+    json_t *reasons = json_object();
+    char text[512] = "";
+    for (int r = 0; r < MPX_SQUAD_SKIP_COUNT; r++) {
+        if (!fs->skip_reasons[r]) continue;
+        const char *name = mpx_squad_skip_reason_name((mpx_squad_skip_reason)r);
+        json_object_set_new(reasons, name, json_integer(fs->skip_reasons[r]));
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s %d", text[0] ? ", " : "", name, fs->skip_reasons[r]);
+    }
+    t->dropped = json_pack("{s:{s:s, s:i, s:i, s:o}}", "train", "file", d->train_path, "questions", n_q,
+                           "skipped_questions", fs->n_skipped, "reasons", reasons);
+    if ((int64_t)fs->n_skipped * 2 > n_q) {
+        snprintf(err, errlen, "%s: %d of %d training questions are unusable (%s): is this a SQuAD v1.1 file?",
+                 d->train_path, fs->n_skipped, n_q, text);
+        return -1;
+    }
+    fprintf(stderr, "mpx: note: %s: %d of %d training questions skipped (%s); counted in run.json data_dropped\n",
+            d->train_path, fs->n_skipped, n_q, text);
+    return 0;
+}
+
 static void squad_destroy(mpx_task *t)
 {
+    json_decref(t->dropped);
+    t->dropped = NULL;
     squad_task *d = t->self;
     if (!d) return;
     if (d->train_fs) mpx_squad_features_free(d->train_fs);
@@ -321,6 +364,7 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
                        &d->has_train, err, errlen) ||
             mpx_squad_features_build(&d->train, d->tok, &fc, &d->train_fs, err, errlen))
             return -1;
+        if (report_skipped(t, d, err, errlen)) return -1;
         if (d->train_fs->n_features == 0) { snprintf(err, errlen, "%s: no training windows", d->train_path); return -1; }
         if (!(d->order = malloc((size_t)d->train_fs->n_features * sizeof *d->order)) || shuffle(d, s->seed)) {
             snprintf(err, errlen, "squad: out of memory ordering the windows");

@@ -368,7 +368,9 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         double dt = now_s() - ts, elapsed = now_s() - t0;
         if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
-        json_array_append_new(losses, json_real(loss));
+        json_array_append_new(losses, isfinite(loss) ? json_real(loss) : json_null()); /* JSON has no NaN */
+        if (!isfinite(loss) && !json_object_get(metrics, "first_nonfinite_loss_step"))
+            json_object_set_new(metrics, "first_nonfinite_loss_step", json_integer(step));
         double row[N_COLS] = { (double)step, loss, lr, norm, scale, skip, (double)tokens / dt, elapsed };
         if (mpx_record_row(rec, row)) { snprintf(err, errlen, "cannot append to metrics.csv"); return -1; }
         progress(step, total, loss, lr, (double)tokens_total / elapsed, elapsed / (double)(step + 1) * (double)(total - step - 1));
