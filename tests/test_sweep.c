@@ -187,7 +187,7 @@ Test(sweep, failed_cells_are_retried_only_when_asked)
  * tests/test_hostile_config.c). NULL when every known one is installed. */
 static const char *known_but_absent_policy(void)
 {
-    static const char *const planned[] = { "fp8-delayed", "mxfp8" };
+    static const char *const planned[] = { "fp16-noscale", "fp8-delayed", "mxfp8" };
     static char names[8192];
     ts_sh(names, sizeof names, "build/bin/mpx plugins 2>&1");
     for (size_t i = 0; i < sizeof planned / sizeof *planned; i++) {

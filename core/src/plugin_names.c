@@ -5,7 +5,10 @@
 #include "suggest.h"
 
 static const char *const known[MPX_KIND_COUNT][12] = {
-    [MPX_KIND_PRECISION] = { "fp32", "amp", "fp16-scaled", "bf16-master", "pure-bf16", "fp8-delayed", "mxfp8", NULL },
+    /* fp16-noscale: the worked example of docs/PRECISION-POLICIES.md, built into
+     * build/test-plugins and installed only with --plugin-dir */
+    [MPX_KIND_PRECISION] = { "fp32", "amp", "fp16-scaled", "bf16-master", "pure-bf16", "fp8-delayed", "mxfp8",
+                             "fp16-noscale", NULL },
     [MPX_KIND_OPTIMIZER] = { "adam", "adamw", "sgd", "lamb", NULL },
     [MPX_KIND_ZERO] = { "stage0", "stage1", "stage2", "stage3", NULL },
     [MPX_KIND_MODEL] = { "bert-qa", "toy", NULL },
