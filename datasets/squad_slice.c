@@ -1,6 +1,7 @@
 /* Question slices of a SQuAD set: the first N, or a seeded sample (config keys that
  * train or evaluate on part of the data). */
 #include "squad_reader.h"
+#include "splitmix64.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +13,6 @@ static char *dup_str(const char *s)
     char *p = malloc(n);
     if (p) memcpy(p, s, n);
     return p;
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static int cmp_i32(const void *a, const void *b)
@@ -42,7 +35,7 @@ int mpx_squad_sample_indices(int32_t n_total, int32_t n, uint64_t seed, int32_t 
     for (int32_t i = 0; i < n_total; i++) perm[i] = i;
     uint64_t state = seed;
     for (int32_t j = 0; j < n; j++) {
-        int32_t k = j + (int32_t)(splitmix64(&state) % (uint64_t)(n_total - j));
+        int32_t k = j + (int32_t)(mpx_splitmix64(&state) % (uint64_t)(n_total - j));
         int32_t t = perm[j];
         perm[j] = perm[k];
         perm[k] = t;

@@ -614,16 +614,23 @@ Test(config, missing_file)
 
 /* ---- Output: write, read back, JSON ------------------------------------------------------ */
 
-Test(config, write_reads_back_with_plain_libconfig)
+/* What a writer (mpx_config_write, mpx_config_write_requested) makes of c, malloc'd. */
+static char *written(const mpx_config *c, int (*write)(const mpx_config *, FILE *))
 {
-    const char *ov[] = { "run.name=\"quote\\\" and \\\\ back\"", "optimizer.lr=0.1" };
-    mpx_config *c = load_ok(FIX "good.cfg", ov, 2);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(mpx_config_write(c, f), 0);
+    cr_assert_eq(write(c, f), 0);
     fclose(f);
+    return text;
+}
+
+Test(config, write_reads_back_with_plain_libconfig)
+{
+    const char *ov[] = { "run.name=\"quote\\\" and \\\\ back\"", "optimizer.lr=0.1" };
+    mpx_config *c = load_ok(FIX "good.cfg", ov, 2);
+    char *text = written(c, mpx_config_write);
     config_t raw;
     config_init(&raw);
     cr_assert(config_read_string(&raw, text), "written config does not parse: %s\n%s",
@@ -738,16 +745,7 @@ Test(config, without_source_plugin_subgroups_are_kept_unchecked)
 
 /* ---- The requested configuration (sweep cell hashes) ------------------------------------ */
 
-static char *requested_text(const mpx_config *c)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    cr_assert(f);
-    cr_assert_eq(mpx_config_write_requested(c, f), 0);
-    fclose(f);
-    return text;
-}
+static char *requested_text(const mpx_config *c) { return written(c, mpx_config_write_requested); }
 
 /* adam with one more option than the fakes' (as a later mpx version would add) */
 static const mpx_option adam_opts_v2[] = {

@@ -6,13 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "../../datasets/splitmix64.h"
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -43,7 +37,7 @@ int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t see
     for (size_t r = 0; r < resamples; r++) {
         double s = 0;
         for (size_t k = 0; k < n; k++) {
-            uint64_t x = splitmix64(&state);
+            uint64_t x = mpx_splitmix64(&state);
             s += v[(size_t)(((unsigned __int128)x * n) >> 64)];
         }
         means[r] = s / (double)n;
