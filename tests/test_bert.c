@@ -181,6 +181,47 @@ Test(bert_fixture, minilm_logits_with_seeded_head_match_pytorch)
     tb_free(&t);
 }
 
+/* Bound forward-only (grads NULL, as mpx eval binds): six layers through one set of
+ * activations; the logits match PyTorch as the training bind's do, and equal them bit
+ * for bit; a training batch and a backward are refused. */
+Test(bert_fixture, minilm_forward_only_bind_matches_pytorch_and_the_training_bind)
+{
+    struct stat st;
+    if (stat(MINILM "/model.safetensors", &st) != 0)
+        cr_skip_test("%s not found: run `make model`", MINILM);
+    tb_model t;
+    cr_assert_eq(tb_create(&t, MINILM, "extra_tensors = \"tests/fixtures/bert/minilm_qa_head.safetensors\";"), 0,
+                 "%s", tb_error(&t));
+    cr_assert_eq(tb_init(&t, 7), 0, "%s", tb_error(&t));
+    cr_assert_eq(tb_bind(&t, 2, 40), 0, "%s", tb_error(&t));
+    fx_file *fx = fx_open("tests/fixtures/bert/minilm_ref.safetensors");
+    tb_batch b;
+    ref_batch(&t, fx, &b, 0, 0, 0);
+    mpx_forward_out o = { .size = sizeof o };
+    cr_assert_eq(t.vt->forward(t.m, &b.b, &o), 0, "%s", tb_error(&t));
+    size_t n = o.rows * o.cols;
+    float *train_bind = malloc(2 * n * sizeof *train_bind);
+    cr_assert(train_bind);
+    memcpy(train_bind, o.outputs[0].p, n * 4);
+    memcpy(train_bind + n, o.outputs[1].p, n * 4);
+
+    mpx_model_bind fb = { sizeof fb, t.w, mpx_a(NULL, t.prec.grads), t.off, t.numel };
+    cr_assert_eq(t.vt->bind(t.m, &fb, 2, 40), 0, "%s", tb_error(&t));
+    mpx_forward_out f = { .size = sizeof f };
+    cr_assert_eq(t.vt->forward(t.m, &b.b, &f), 0, "%s", tb_error(&t));
+    check_logits(&f, fx, 1e-4, "minilm forward-only");
+    cr_assert_eq(f.rows * f.cols, n);
+    cr_expect_eq(memcmp(f.outputs[0].p, train_bind, n * 4), 0, "start logits differ from the training bind's");
+    cr_expect_eq(memcmp(f.outputs[1].p, train_bind + n, n * 4), 0, "end logits differ from the training bind's");
+    cr_expect_neq(t.vt->backward(t.m, &b.b, 1.0f, 0), 0, "backward on a forward-only bind must fail");
+    b.b.training = 1;
+    cr_expect_neq(t.vt->forward(t.m, &b.b, &f), 0, "a training batch on a forward-only bind must fail");
+    free(train_bind);
+    tb_batch_free(&t, &b);
+    fx_close(fx);
+    tb_free(&t);
+}
+
 /* ---- dropout ---- */
 
 /* A 0-layer model whose head reads hidden features 0 and 1 of the dropped embedding

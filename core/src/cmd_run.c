@@ -187,7 +187,8 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
         json_object_set_new(root, "data_files", t.data_files(&t));
         if (t.dropped) json_object_set(root, "data_dropped", t.dropped);
         json_object_set_new(root, "checkpoint_files", checkpoint_files(&s));
-        rc = mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err);
+        rc = train ? mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err)
+                   : mpx_session_alloc_eval_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
     if (!rc) rc = train_and_eval(&s, &t, &rec, train, from, err, sizeof err);
     if (!rc && train) mpx_train_state_remove(dir);

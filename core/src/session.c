@@ -311,6 +311,27 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
     return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
 }
 
+/* Forward-only (mpx eval): the weights alone, and the model bound with no grads. */
+static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
+{
+    const mpx_precision_desc *d = &s->prec;
+    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
+    if (!s->weights.p) return -1;
+    s->grads = mpx_a(NULL, d->grads);
+    if (fill_weights(s, err, errlen)) return -1;
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
+                            .offsets = s->offsets, .numel = s->numel };
+    START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
+    return 0;
+}
+
+int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
+{
+    if (!s->offsets && plan_pieces(s, err, errlen)) return -1;
+    return alloc_eval_state(s, max_batch, max_seq, err, errlen);
+}
+
 int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
     if (mpx_session_plan(s, err, errlen)) return -1;

@@ -93,6 +93,9 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen);
 /* Allocate the flat model state and fill the weights from the model (checkpoint or
  * random init); max_batch/max_seq size the model's activations. */
 int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);
+/* The same for evaluation only (mpx eval): the weights alone — no grads, master copy or
+ * optimizer state — and the model bound forward-only (mpx_model_bind.grads.p NULL). */
+int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);
 
 void mpx_session_close(mpx_session *s);
 

@@ -70,6 +70,7 @@ typedef struct bert {
     void *be;
     int bound;
     mpx_dtype dt_gemm_fwd, dt_gemm_bwd; /* GEMM compute dtypes; dt_gemm is the one in use */
+    int forward_only;         /* bound with no grads (mpx eval): see bert_bind.c */
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
     size_t *off;

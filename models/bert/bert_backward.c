@@ -207,6 +207,7 @@ static int embeddings_bwd(bert *m, int acc)
 
 static int backward_all(bert *m, const mpx_batch *batch, float loss_scale, int accumulate)
 {
+    if (m->forward_only) return MPX_FAIL(m->env, "backward on a model bound forward-only (no grads)");
     if (!m->has_forward || !m->has_labels)
         return MPX_FAIL(m->env, "backward needs a forward with start_positions and end_positions first");
     if (batch && batch->tick != m->tick)

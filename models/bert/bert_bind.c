@@ -1,5 +1,10 @@
 /* bind: the dtypes of the effective precision descriptor, and every activation and
- * workspace buffer, sized once for max_batch x max_seq (role scratch). */
+ * workspace buffer, sized once for max_batch x max_seq (role scratch).
+ * Bound with no grads (bind->grads.p NULL: mpx eval) the model is forward-only: no
+ * gradient workspaces, no dropout buffers, and one set of layer activations that every
+ * layer reuses, since nothing is kept for a backward: a layer reads its input (the
+ * previous layer's x2) for Q, K, V and the first residual, and overwrites x2 only with
+ * its own last layernorm. A training batch or a backward is refused. */
 #include "bert.h"
 
 #include <stdio.h>
@@ -52,7 +57,7 @@ static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
     BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
     /* the dropped probabilities are kept rather than regenerated in backward: one
      * Philox pass and one pass over [B, NH, S, S] less per layer, for this memory */
-    if (m->p_attn > 0.0f) BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
+    if (m->p_attn > 0.0f && !m->forward_only) BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
     BUF(r1, T * H * res, "attention residual");
     BUF(r2, T * H * res, "ffn residual");
     BUF(x1, T * H * ln, "attention layernorm");
@@ -77,26 +82,29 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
     m->mean0 = scratch(m, T * 4, "bert embedding layernorm mean", rc);
     m->rstd0 = scratch(m, T * 4, "bert embedding layernorm rstd", rc);
     m->ta = scratch(m, T * H * act, "bert dense output", rc);
-    m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
     m->gp1 = scratch(m, probs * 4, "bert scores / probability grads", rc);
-    m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
-    void **th[] = { &m->gx, &m->gr, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };
-    for (size_t i = 0; i < MPX_COUNT(th); i++) *th[i] = scratch(m, T * H * 4, "bert hidden grads", rc);
-    m->gff = scratch(m, T * I * 4, "bert intermediate grads", rc);
-    m->gff2 = scratch(m, T * I * 4, "bert intermediate grads", rc);
+    m->gr = scratch(m, T * H * 4, "bert hidden grads", rc);   /* forward: the embedding temporary */
     for (int i = 0; i < 2; i++) {
         m->logits[i] = scratch(m, T * 4, "bert logits", rc);
         m->loss_logits[i] = scratch(m, T * 4, "bert loss logits", rc);
-        m->dlogits[i] = scratch(m, T * 4, "bert logit grads", rc);
     }
+    m->mask = scratch(m, T * 4, "bert attention mask", rc);
+    m->pos_ids = scratch(m, T * 4, "bert position ids", rc);
+    m->widen_grads = 0;
+    if (m->forward_only) return *rc;
+    m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
+    m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
+    void **th[] = { &m->gx, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };
+    for (size_t i = 0; i < MPX_COUNT(th); i++) *th[i] = scratch(m, T * H * 4, "bert hidden grads", rc);
+    m->gff = scratch(m, T * I * 4, "bert intermediate grads", rc);
+    m->gff2 = scratch(m, T * I * 4, "bert intermediate grads", rc);
+    for (int i = 0; i < 2; i++) m->dlogits[i] = scratch(m, T * 4, "bert logit grads", rc);
     m->widen_grads = m->dt_grad == MPX_F32 && m->dt_act != MPX_F32;
     if (m->widen_grads) {
         size_t most = 0;
         for (size_t p = 0; p < m->n_params; p++) most = bert_numel(m, p) > most ? bert_numel(m, p) : most;
         m->wgrad_low = scratch(m, most * mpx_dtype_size(m->dt_act), "bert 16-bit weight grads (autocast)", rc);
     }
-    m->mask = scratch(m, T * 4, "bert attention mask", rc);
-    m->pos_ids = scratch(m, T * 4, "bert position ids", rc);
     return *rc;
 }
 
@@ -111,7 +119,8 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
     m->ops = m->env->host->ops(m->env, &m->be);
     if (!m->ops) return MPX_FAIL(m->env, "bind: the host has no compute backend");
     pick_dtypes(m);
-    if (b->weights.t != m->dt_w || b->grads.t != m->dt_grad)
+    m->forward_only = b->grads.p == NULL;
+    if (b->weights.t != m->dt_w || (!m->forward_only && b->grads.t != m->dt_grad))
         return MPX_FAIL(m->env, "bind: weights are %s and grads %s but the precision says %s and %s",
                         mpx_dtype_name(b->weights.t), mpx_dtype_name(b->grads.t),
                         mpx_dtype_name(m->dt_w), mpx_dtype_name(m->dt_grad));
@@ -129,7 +138,10 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
     const size_t T = (size_t)max_batch * (size_t)max_seq;
     const size_t probs = T * (size_t)max_seq * (size_t)m->cfg.heads;
     int rc = 0;
-    for (int l = 0; l < m->cfg.layers && !rc; l++) alloc_layer(m, l, T, probs, &rc);
+    for (int l = 0; l < m->cfg.layers && !rc; l++) {
+        if (m->forward_only && l >= 1) m->act[l] = m->act[0];
+        else alloc_layer(m, l, T, probs, &rc);
+    }
     if (!rc) alloc_shared(m, T, probs, &rc);
     if (rc) bert_unbind(m);
     return rc;

@@ -261,6 +261,8 @@ int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out)
 {
     if (!m->bound) return MPX_FAIL(m->env, "forward before bind");
     m->has_forward = 0;
+    if (m->forward_only && batch->training)
+        return MPX_FAIL(m->env, "a training batch on a model bound forward-only (no grads, no dropout buffers)");
     MPX_TRY(read_inputs(m, batch));
     m->drop_on = batch->training != 0;
     m->tick = batch->tick;

@@ -80,7 +80,9 @@ static inline const mpx_itensor *mpx_batch_get(const mpx_batch *b, const char *n
 typedef struct mpx_model_bind {
     uint32_t size;
     mpx_arg weights;       /* flat, precision->weights dtype */
-    mpx_arg grads;         /* flat, precision->grads dtype */
+    mpx_arg grads;         /* flat, precision->grads dtype; p NULL: bound for forward
+                            * only (mpx eval): no backward and no training batch follow,
+                            * so the model may skip what only they need */
     const size_t *offsets; /* element offset of each parameter in both buffers */
     size_t numel;          /* total elements */
 } mpx_model_bind;
