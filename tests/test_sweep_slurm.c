@@ -141,6 +141,22 @@ Test(sweep_slurm, the_job_script_holds_one_task_per_unfinished_cell_and_the_reso
     cr_expect(strstr(out, "toy.cfg:6: unknown key 'memroy' in slurm"), "%s", out);
 }
 
+/* A cell of run.ranks N > 1 runs through `srun -n N`, and the allocation holds N tasks. */
+Test(sweep_slurm, a_multi_rank_cell_runs_through_srun)
+{
+    char *dir = ts_tmpdir("slurm-ranks"), out[16384];
+    char *file = sweep_file(dir, LR_SEED, "");
+    if (ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg -s run.ranks=2 >/dev/null 2>&1") != 0)
+        cr_skip_test("this build's mpx check refuses run.ranks=2 on the toy (no run.ranks yet, or no MPI "
+                     "comm): the srun line is not checked");
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " -s run.ranks=2 --executor slurm --dry-run", file, dir, "out"), 0,
+                 "%s", out);
+    cr_expect(strstr(out, "\n#SBATCH --ntasks=2\n"), "%s", out);
+    size_t srun = 0;
+    for (const char *p = out; (p = strstr(p, "exec srun -n 2 --cpus-per-task=\"$threads\" ")); p++) srun++;
+    cr_expect_eq(srun, 4, "%s", out);
+}
+
 /* Slurm's answers, hand-written in the formats squeue/sacct print for the options mpx
  * passes, for a submission whose eight tasks ended every way a task can end. */
 Test(sweep_slurm, status_reads_slurm_states_and_the_rerun_skips_queued_and_finished_cells)

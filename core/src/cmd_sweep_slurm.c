@@ -68,14 +68,13 @@ int mpx_sweep_slurm(const mpx_sweep *sw, mpx_sweep_cell *cells, const char **sta
             fprintf(stderr, "mpx sweep: %s\n", err);
             rc = 2;
         }
-    } else if (mpx_sweep_write_index(sw, sweep_dir, cells, states, o->overrides, o->n_overrides)) {
-        fprintf(stderr, "mpx sweep: cannot write %s/sweep.json\n", sweep_dir);
-        rc = 2;
     } else if (mpx_slurm_submit(sw, cells, todo, o->plugin_dirs, o->n_plugin_dirs, o->sbatch_args, sweep_dir, job,
                                 sizeof job, err, sizeof err)) {
         fprintf(stderr, "mpx sweep: %s\n", err);
         rc = 2;
     } else {
+        if (mpx_sweep_write_index(sw, sweep_dir, cells, states, o->overrides, o->n_overrides))
+            fprintf(stderr, "mpx sweep: cannot write %s/sweep.json\n", sweep_dir);
         printf("sweep %s: submitted Slurm job %s, %zu cell%s", sw->name, job, m, m > 1 ? "s" : "");
         for (size_t i = 0, k = 0; i < sw->n_cells; i++)
             if (todo[i]) printf("%s%s", k++ ? ", " : ": ", cells[i].name);

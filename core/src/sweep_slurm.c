@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "record.h"
@@ -242,7 +243,8 @@ static int sbatch(const char *script, const char *args, char *id, size_t idlen, 
     char *last = strrchr(out, '\n');
     last = last ? last + 1 : out;
     if (st != 0 || !last[0] || last[0] < '0' || last[0] > '9')
-        return fail(err, errlen, "sbatch %s failed (status %d): %s", script, st, out[0] ? out : "no output");
+        return fail(err, errlen, "sbatch %s failed (exit %d): %s", script, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                    out[0] ? out : "no output");
     snprintf(id, idlen, "%.*s", (int)strcspn(last, ";"), last);
     return 0;
 }

@@ -39,10 +39,13 @@ stop() {
     return 0
 }
 
-free_port() {
-    python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
+# Two free loopback ports (held together while chosen, so they differ).
+free_ports() {
+    python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000)) $((30000 + RANDOM % 10000))
 import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])
 PY
 }
 
@@ -57,7 +60,7 @@ start() {
         </dev/null >/dev/null 2>&1 || { echo "cluster.sh: munged did not start (see $dir/munged.log)" >&2; return 1; }
     local cpus mem p1 p2
     cpus=$(nproc); mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)
-    p1=$(free_port); p2=$(free_port)
+    read -r p1 p2 < <(free_ports)
     cat > "$dir/slurm.conf" <<CONF
 ClusterName=mpxtest
 SlurmctldHost=$(hostname -s)(127.0.0.1)
