@@ -99,8 +99,9 @@ Test(sweep_jobs, a_terminated_sweep_loses_only_the_running_cells)
     char *file = sweep_file(dir, "{ key = \"train.epochs\"; values = (2, 2000); },\n  { key = \"run.seed\"; values = (1, 2); }", "");
     cr_assert_eq(ts_sh(out, sizeof out,
                        "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' --jobs 2 >%s/log 2>&1 & pid=$!; "
-                       "for i in $(seq 100); do [ $(grep -c started %s/log) -ge 4 ] && break; sleep 0.1; done; "
-                       "sleep 0.5; kill -TERM $pid; wait $pid; echo $?", file, dir, dir, dir), 0);
+                       "for i in $(seq 200); do [ $(cat %s/out/toy/2000_*/run.json 2>/dev/null | "
+                       "grep -c '\"status\": \"running\"') -ge 2 ] && break; sleep 0.1; done; "
+                       "kill -TERM $pid; wait $pid; echo $?", file, dir, dir, dir), 0);
     cr_expect_eq(strtol(out, NULL, 10), 1, "a terminated sweep exits 1: %s", out);
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' --dry-run", file, dir), 0);
     cr_expect(strstr(out, "finished  2_1 ") && strstr(out, "finished  2_2 "), "the short cells keep their records:\n%s", out);
