@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "support/shell.h"
 
@@ -219,4 +220,49 @@ Test(install, the_installed_mpx_runs_the_toy_model_under_the_plugin)
     double last = json_number_value(json_object_get(m, "final_loss"));
     cr_expect_lt(last, 0.5 * first, "loss %g -> %g: the toy model did not train", first, last);
     json_decref(r);
+}
+
+/* The worked example of docs/PRECISION-POLICIES.md ("Writing a format and a recipe"): an
+ * ExMy policy declaring its own formats, built out of tree with pkg-config against the
+ * installed headers (no file of mpx changed), listed with its formats and recipe, and
+ * run in a sweep beside fp32 by the installed mpx. */
+Test(install, an_out_of_tree_exmy_policy_runs_in_a_sweep)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/exmy", tmp);
+    int rc = sh("build_exmy", "bash tests/out_of_tree/build.sh %s %s tests/out_of_tree/oot_e3m4.c oot-e3m4", prefix, dir);
+    char *out = slurp_log("build_exmy");
+    cr_assert_eq(rc, 0, "build.sh oot_e3m4.c failed (exit %d):\n%s", rc, out);
+    free(out);
+    rc = sh("plugins_exmy", "%s/bin/mpx plugins --plugin-dir %s precision/oot-e3m4", prefix, dir);
+    out = slurp_log("plugins_exmy");
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "e3m4           E3M4, bias 3, subnormals, IEEE inf/NaN, max 15.5, 1 byte"), "%s", out);
+    cr_expect(strstr(out, "GEMM inputs e3m4 (backward e3m4)") && strstr(out, "current (margin 0)"), "%s", out);
+    free(out);
+    char sweep[500], cwd[300];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(sweep, sizeof sweep, "%s/exmy.cfg", tmp);
+    FILE *f = fopen(sweep, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "name = \"exmy\";\nbase = \"%s/configs/toy.cfg\";\n"
+               "set = (\"run.output_dir=\\\"%s/runs\\\"\");\n"
+               "axes = ( { key = \"precision.plugin\"; values = (\"fp32\", \"oot-e3m4\"); } );\n", cwd, tmp);
+    fclose(f);
+    rc = sh("sweep_exmy", "%s/bin/mpx sweep %s --plugin-dir %s", prefix, sweep, dir);
+    out = slurp_log("sweep_exmy");
+    cr_assert_eq(rc, 0, "the sweep failed (exit %d):\n%s", rc, out);
+    free(out);
+    rc = sh("matrix_exmy", "%s/bin/mpx matrix %s/runs/exmy --rows precision.plugin --metric final_loss --format json",
+            prefix, tmp);
+    out = slurp_log("matrix_exmy");
+    cr_expect_eq(rc, 0, "%s", out);
+    json_error_t e;
+    json_t *m = json_loads(out, 0, &e);
+    cr_assert_not_null(m, "matrix JSON: %s\n%s", e.text, out);
+    free(out);
+    char *text = json_dumps(m, JSON_COMPACT);
+    cr_expect(strstr(text, "oot-e3m4") && strstr(text, "fp32"), "both cells in the matrix: %s", text);
+    free(text);
+    json_decref(m);
 }

@@ -59,6 +59,12 @@ static void print_precision(FILE *out, const mpx_precision_desc *d, const mpx_fo
     for (int i = 0; i < 4; i++)
         if (d->islands & (1u << i)) fprintf(out, " %s", islands[i]);
     fprintf(out, "%s\n", d->islands ? "" : " none");
+    if (d->scaling != MPX_SCALING_NONE || mpx_dtype_is_format(d->gemm_in) || mpx_grad_gemm_dtype(d) != d->gemm_in) {
+        char sc[256];
+        mpx_scaling_describe(d, sc, sizeof sc);
+        fprintf(out, "#   backward GEMM inputs %s; scaling of 8-bit GEMM inputs: %s\n",
+                mpx_dtype_label(fmts, mpx_grad_gemm_dtype(d)), sc);
+    }
     fprintf(out, "#   master from the %s; optimizer init step %s; unscale with the scale %s\n",
             d->upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? "cast weights" : "checkpoint",
             d->upstream & MPX_UPSTREAM_OPT_INIT_STEP ? "on" : "off",

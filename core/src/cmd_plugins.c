@@ -1,6 +1,8 @@
 /* mpx plugins [NAME | KIND/NAME] */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "compat.h"
@@ -49,7 +51,55 @@ static void list_all(const mpx_registry *r)
     printf("\nsearched: %s\n", mpx_registry_dirs_text(r, dirs, sizeof dirs));
 }
 
-static void show_one(const mpx_plugin_rec *p)
+/* A precision policy: the formats it declares and, with its defaults, every dtype and
+ * the scaling recipe (what `mpx check` prints for a config that only selects it). */
+static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
+{
+    const mpx_precision_vtable *vt = &p->vt.precision;
+    char buf[512];
+    if (vt->size >= offsetof(mpx_precision_vtable, n_formats) + sizeof vt->n_formats && vt->n_formats) {
+        printf("  formats it declares:\n");
+        for (size_t i = 0; i < vt->n_formats; i++) {
+            mpx_format_describe(&vt->formats[i], buf, sizeof buf);
+            printf("    %-14s %s\n", vt->formats[i].name ? vt->formats[i].name : "?", buf);
+        }
+    }
+    char path[] = "/tmp/mpx-plugins-XXXXXX", err[4096];
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) { close(fd); unlink(path); return; }
+    fprintf(f, "precision = { plugin = \"%s\"; };\n", p->desc.name);
+    fclose(f);
+    if (mpx_session_configure(s, path, NULL, 0, err, sizeof err) || mpx_session_precision(s, err, sizeof err)) {
+        printf("  with its defaults: cannot describe (%s)\n", err);
+        unlink(path);
+        return;
+    }
+    unlink(path);
+    const mpx_precision_desc *d = &s->prec;
+    const mpx_format_table *t = &s->fmts;
+    printf("  with its defaults: weights %s, GEMM inputs %s (backward %s), activations %s, grads %s,\n"
+           "    grad accumulator %s, master %s, optimizer state %s, communication %s, eval logits %s;\n"
+           "    loss scale \"%s\"\n",
+           mpx_dtype_label(t, d->weights), mpx_dtype_label(t, d->gemm_in), mpx_dtype_label(t, mpx_grad_gemm_dtype(d)),
+           mpx_dtype_label(t, d->act), mpx_dtype_label(t, d->grads),
+           d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_label(t, d->grad_acc),
+           d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(t, d->master), mpx_dtype_label(t, d->opt_state),
+           mpx_dtype_label(t, d->comm), mpx_dtype_label(t, d->eval_logits), d->loss_scale ? d->loss_scale : "none");
+    mpx_scaling_describe(d, buf, sizeof buf);
+    printf("  scaling of 8-bit GEMM inputs: %s\n", buf);
+    const mpx_dtype used[] = { d->weights, d->gemm_in, mpx_grad_gemm_dtype(d), d->act, d->grads, d->opt_state, d->comm };
+    int shown[MPX_FORMAT_END] = { 0 };
+    for (size_t i = 0; i < MPX_COUNT(used); i++) {
+        const mpx_format *fm = mpx_format_of(t, used[i]);
+        if (!fm || shown[used[i]]++) continue;
+        mpx_format_describe(fm, buf, sizeof buf);
+        printf("    %-14s %s\n", fm->name, buf);
+    }
+}
+
+static void show_one(mpx_session *s, const mpx_plugin_rec *p)
 {
     const mpx_plugin_desc *d = &p->desc;
     printf("%s/%s %s — %s\n  file: %s\n", mpx_kind_name(d->kind), d->name, d->version, d->summary, p->path);
@@ -65,6 +115,7 @@ static void show_one(const mpx_plugin_rec *p)
     }
     for (size_t i = 0; i < d->n_incompat; i++)
         printf("  incompatible with %s: %s\n", d->incompat[i].other, d->incompat[i].reason);
+    if (d->kind == MPX_KIND_PRECISION) show_policy(s, p);
 }
 
 int mpx_cmd_plugins(int argc, char **argv)
@@ -111,7 +162,7 @@ int mpx_cmd_plugins(int argc, char **argv)
         const mpx_plugin_rec *p = mpx_registry_find(&s.reg, (mpx_kind)k, name);
         if (p) found[n++] = p;
     }
-    if (n == 1) show_one(found[0]);
+    if (n == 1) show_one(&s, found[0]);
     else if (n == 0) fprintf(stderr, "mpx: no plugin '%s' found (see `mpx plugins`)\n", c.positional[0]);
     else {
         fprintf(stderr, "mpx: '%s' is ambiguous:", name);

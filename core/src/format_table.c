@@ -93,6 +93,31 @@ const char *mpx_dtype_label(const mpx_format_table *t, mpx_dtype d)
     return f ? f->name : mpx_dtype_name(d);
 }
 
+void mpx_format_describe(const mpx_format *f, char *buf, size_t len)
+{
+    static const char *specials[] = { "IEEE inf/NaN", "NaN only (fn)", "one NaN, no -0 (fnuz)", "finite only" };
+    if (f->encode) {
+        snprintf(buf, len, "its own encode/decode, %u byte%s", f->storage_bytes, f->storage_bytes > 1 ? "s" : "");
+        return;
+    }
+    snprintf(buf, len, "E%uM%u, bias %d, %s, %s%s, max %g, %u byte%s", f->exp_bits, f->man_bits, f->bias,
+             f->subnormals ? "subnormals" : "no subnormals", f->special <= MPX_FMT_FINITE ? specials[f->special] : "?",
+             f->saturate ? ", saturating" : "", (double)mpx_fmt_max(f), f->storage_bytes, f->storage_bytes > 1 ? "s" : "");
+}
+
+void mpx_scaling_describe(const mpx_precision_desc *d, char *buf, size_t len)
+{
+    switch (d->scaling) {
+    case MPX_SCALING_DELAYED:
+        snprintf(buf, len, "delayed (amax_history_len %d, amax_compute_algo %s, margin %d)", d->amax_history_len,
+                 d->amax_algo == MPX_AMAX_MOST_RECENT ? "most_recent" : "max", d->margin);
+        return;
+    case MPX_SCALING_CURRENT: snprintf(buf, len, "current (margin %d)", d->margin); return;
+    case MPX_SCALING_MX: snprintf(buf, len, "mx (blocks of %d along K, E8M0 scales)", MPX_MX_BLOCK); return;
+    default: snprintf(buf, len, "none"); return;
+    }
+}
+
 void mpx_dtype_choices(const mpx_format_table *t, char *buf, size_t len)
 {
     size_t n = (size_t)snprintf(buf, len, "fp32, fp16, bf16");

@@ -31,6 +31,12 @@ int mpx_dtype_parse(const mpx_format_table *t, const char *name, mpx_dtype *out)
 /* A dtype's name (formats by their declared name). */
 const char *mpx_dtype_label(const mpx_format_table *t, mpx_dtype d);
 
+/* "E4M3, bias 7, subnormals, NaN only (fn), max 448, 1 byte" */
+void mpx_format_describe(const mpx_format *f, char *buf, size_t len);
+
+/* "delayed (amax_history_len 1024, amax_compute_algo max, margin 0)" */
+void mpx_scaling_describe(const mpx_precision_desc *d, char *buf, size_t len);
+
 /* "fp32, fp16, bf16, fp8-e4m3, ..." for error messages. */
 void mpx_dtype_choices(const mpx_format_table *t, char *buf, size_t len);
 
