@@ -25,3 +25,9 @@ $(BUILD)/bench/bench_gemm: $(BUILD)/obj/tests/bench_gemm.o $(patsubst %.c,$(BUIL
 $(eval $(call add_test,test_scaling,tests/test_scaling.c $(TEST_SUPPORT)))
 $(BUILD)/obj/tests/test_scaling.o: EXTRA_CFLAGS += -Itests/support
 $(BUILD)/tests/test_scaling: $(BUILD)/plugins/backend-cpu.so
+# Bench: the 8-bit GEMM emulation against the fp32 and bf16 paths.
+BENCHES += $(BUILD)/bench/bench_gemm_fp8
+$(BUILD)/obj/tests/bench_gemm_fp8.o: EXTRA_CFLAGS += -Itests/support
+$(BUILD)/bench/bench_gemm_fp8: $(BUILD)/obj/tests/bench_gemm_fp8.o $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SUPPORT)) $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cpu.so
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(PKG_LIBS) -ldl -lm -lpthread
