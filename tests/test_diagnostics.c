@@ -72,6 +72,21 @@ Test(diagnostics, gradients_below_the_fp16_subnormals_all_underflow)
     cr_expect_eq(nz, 1);
 }
 
+/* E5M2's smallest subnormal is 2^-16: half of it ties to even (0), anything above
+ * rounds up to it; E4M3 (2^-9) loses all of them. */
+Test(diagnostics, gradients_underflow_in_8bit_formats_by_their_own_subnormals)
+{
+    const mpx_format e5 = MPX_FORMAT_FP8_E5M2, e4 = MPX_FORMAT_FP8_E4M3;
+    float g[6] = { 0x1p-17f, -0x1p-17f, 0x1.01p-17f, 0x1p-16f, 1.0f, 0.0f };
+    uint64_t nz = 0, uf = 0;
+    mpx_diag_underflow_fmt(g, 6, &e5, &nz, &uf);
+    cr_expect_eq(nz, 5);
+    cr_expect_eq(uf, 2);
+    nz = uf = 0;
+    mpx_diag_underflow_fmt(g, 6, &e4, &nz, &uf);
+    cr_expect_eq(uf, 4);
+}
+
 Test(diagnostics, median)
 {
     float v[5] = { 5, 1, 4, 2, 3 }, w[4] = { 4, 1, 3, 2 };

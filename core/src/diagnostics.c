@@ -23,6 +23,18 @@ void mpx_diag_underflow(const float *g, size_t n, mpx_dtype t, uint64_t *nonzero
     *underflow += uf;
 }
 
+void mpx_diag_underflow_fmt(const float *g, size_t n, const mpx_format *f, uint64_t *nonzero, uint64_t *underflow)
+{
+    uint64_t nz = 0, uf = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (g[i] == 0.0f) continue;
+        nz++;
+        uf += mpx_fmt_round(f, g[i]) == 0.0f;
+    }
+    *nonzero += nz;
+    *underflow += uf;
+}
+
 void mpx_diag_stalled(const void *before, const void *after, mpx_dtype t, const float *update, size_t n,
                       uint64_t *updated, uint64_t *stalled)
 {
@@ -120,7 +132,9 @@ static int count_underflow(mpx_diagnostics *d, mpx_session *s, mpx_arg g32, mpx_
         for (size_t o = 0; o < pc->len; o += CHUNK) {
             size_t n = pc->len - o < CHUNK ? pc->len - o : CHUNK;
             if (s->ops->to_host(s->be, d->h_a, mpx_at(g32, pc->offset + o).p, n * 4)) return -1;
-            mpx_diag_underflow(d->h_a, n, storage, &x->grad_nonzero, &x->underflow);
+            const mpx_format *f = mpx_format_of(&s->fmts, storage);
+            if (f) mpx_diag_underflow_fmt(d->h_a, n, f, &x->grad_nonzero, &x->underflow);
+            else mpx_diag_underflow(d->h_a, n, storage, &x->grad_nonzero, &x->underflow);
         }
     }
     return 0;
@@ -163,6 +177,7 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
     mpx_diag_group *x = &d->g[d->group_of[pc->param]];
     mpx_dtype wt = s->weights.t;
     size_t ws = mpx_dtype_size(wt);
+    const mpx_format *wf = mpx_format_of(&s->fmts, wt);
     size_t stride = pc->len / MAX_RATIOS + 1; /* sample for the median */
     for (size_t o = 0; o < pc->len; o += CHUNK) {
         size_t n = pc->len - o < CHUNK ? pc->len - o : CHUNK;
@@ -173,7 +188,8 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
         mpx_diag_stalled(d->h_a, d->h_b, wt, d->h_c, n, &x->updated, &x->stalled);
         for (size_t i = (stride - (o % stride)) % stride; i < n && x->n_ratios < MAX_RATIOS; i += stride) {
             const void *wp = (const char *)d->h_a + i * ws;
-            float w = wt == MPX_F32 ? *(const float *)wp
+            float w = wf ? mpx_fmt_decode(wf, ws == 1 ? *(const uint8_t *)wp : *(const uint16_t *)wp)
+                    : wt == MPX_F32 ? *(const float *)wp
                     : wt == MPX_BF16 ? mpx_bf16_to_f32(*(const uint16_t *)wp) : mpx_f16_to_f32(*(const uint16_t *)wp);
             if (w != 0.0f) x->ratios[x->n_ratios++] = fabsf(d->h_c[i]) / fabsf(w);
         }

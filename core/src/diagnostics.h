@@ -1,7 +1,8 @@
 /* What precision did to a run, per parameter group (embedding, attention, ffn, norm,
  * head), on every logged step (train.diagnostics, every train.log_every steps):
  *   underflow  of the gradient elements whose fp32 value is non-zero, the fraction that
- *              rounds to ±0 in the grads' storage dtype (0 when grads are fp32);
+ *              rounds to ±0 in the grads' storage dtype (0 when grads are fp32; an
+ *              8-bit format by its own subnormals, e.g. E5M2 below 2^-17);
  *   stalled    of the weights whose update was non-zero, the fraction whose stored value
  *              (in the weights' dtype) did not change;
  *   median |update| / |weight| over the elements with a non-zero weight (a sample of
@@ -22,6 +23,9 @@
 /* Of n fp32 gradient values, how many are non-zero and how many of those round to ±0
  * in dtype t (none for fp32). */
 void mpx_diag_underflow(const float *g, size_t n, mpx_dtype t, uint64_t *nonzero, uint64_t *underflow);
+
+/* The same for a number format (ABI 1.2): rounding to nearest even in format f. */
+void mpx_diag_underflow_fmt(const float *g, size_t n, const mpx_format *f, uint64_t *nonzero, uint64_t *underflow);
 
 /* Of n elements whose update is non-zero, how many stored values (bit patterns of dtype t,
  * before and after the step) did not change. */
