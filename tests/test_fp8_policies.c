@@ -39,17 +39,28 @@ static void losses(json_t *j, double *first, double *last)
     for (size_t i = n - 5; i < n; i++) *last = fmin(*last, json_number_value(json_array_get(l, i)));
 }
 
-Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120)
+/* A finished run of `extra` whose loss fell to under half; its record. */
+static json_t *trains(const char *extra, const char *what)
 {
     int rc;
-    json_t *j = tiny_run("-s 'precision.plugin=\"fp8-delayed\"'", &rc);
-    cr_assert(j && rc == 0, "run failed (%d)", rc);
+    json_t *j = tiny_run(extra, &rc);
+    cr_assert(j && rc == 0, "%s: run failed (%d)", what, rc);
     double first, last;
     losses(j, &first, &last);
-    cr_expect_lt(last, 0.5 * first, "fp8-delayed: loss %g -> %g", first, last);
+    cr_expect_lt(last, 0.5 * first, "%s: loss %g -> %g", what, first, last);
+    return j;
+}
+
+static double bytes_per_param(json_t *j)
+{
+    return json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param"));
+}
+
+Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120)
+{
+    json_t *j = trains("-s 'precision.plugin=\"fp8-delayed\"'", "fp8-delayed");
     /* E4M3 weights 1 + E5M2 grads 1 + fp32 accumulator 4 + master 4 + Adam 8 */
-    double bpp = json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param"));
-    cr_expect_eq(bpp, 18.0, "fp8-delayed: %g bytes per parameter", bpp);
+    cr_expect_eq(bytes_per_param(j), 18.0, "fp8-delayed: %g bytes per parameter", bytes_per_param(j));
     cr_expect_str_eq(prec(j, "weights"), "fp8-e4m3");
     cr_expect_str_eq(prec(j, "grads"), "fp8-e5m2");
     cr_expect_str_eq(prec(j, "gemm_in"), "fp8-e4m3");
@@ -76,14 +87,8 @@ Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120
 
 Test(fp8, mxfp8_trains_tiny_bert, .timeout = 120)
 {
-    int rc;
-    json_t *j = tiny_run("-s 'precision.plugin=\"mxfp8\"'", &rc);
-    cr_assert(j && rc == 0, "run failed (%d)", rc);
-    double first, last;
-    losses(j, &first, &last);
-    cr_expect_lt(last, 0.5 * first, "mxfp8: loss %g -> %g", first, last);
-    double bpp = json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param"));
-    cr_expect_eq(bpp, 20.0, "mxfp8 (bf16 storage, fp32 accumulator/master/Adam): %g", bpp);
+    json_t *j = trains("-s 'precision.plugin=\"mxfp8\"'", "mxfp8");
+    cr_expect_eq(bytes_per_param(j), 20.0, "mxfp8 (bf16 storage, fp32 accumulator/master/Adam): %g", bytes_per_param(j));
     cr_expect_str_eq(prec(j, "scaling"), "mx");
     cr_expect_str_eq(prec(j, "gemm_in"), "fp8-e4m3");
     json_decref(j);
@@ -112,15 +117,10 @@ Test(fp8, format_names_in_overrides_and_unknown_names_refused, .timeout = 60)
  * fields take their defaults (no scaling, backward GEMMs as the forward ones). */
 Test(fp8, abi_1_0_policy_still_loads_and_trains, .timeout = 60)
 {
-    int rc;
-    json_t *j = tiny_run("--plugin-dir build/test-plugins -s 'precision.plugin=\"abi10-bf16\"'", &rc);
-    cr_assert(j && rc == 0, "run failed (%d)", rc);
-    double first, last;
-    losses(j, &first, &last);
-    cr_expect_lt(last, 0.5 * first, "abi10-bf16: loss %g -> %g", first, last);
+    json_t *j = trains("--plugin-dir build/test-plugins -s 'precision.plugin=\"abi10-bf16\"'", "abi10-bf16");
     cr_expect_str_eq(prec(j, "weights"), "bf16");
     cr_expect_str_eq(prec(j, "grad_gemm_in"), "bf16");
     cr_expect_str_eq(prec(j, "scaling"), "none");
-    cr_expect_eq(json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param")), 20.0);
+    cr_expect_eq(bytes_per_param(j), 20.0);
     json_decref(j);
 }
