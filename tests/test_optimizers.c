@@ -343,3 +343,51 @@ Test(lamb, state_names_and_defaults)
     }
     cr_assert_eq(seen, 2);
 }
+
+/* With bf16 moments and round-to-nearest, beta2 = 0.999 never decays the second moment:
+ * 0.999 v is within half a bf16 ulp of v (a relative change of 1e-3 against at least
+ * 2^-9), so v rounds back to itself on every zero-gradient step. In fp32 it decays as
+ * 0.999^t. One step at g = 1, then 1000 at g = 0. */
+Test(adam, bf16_second_moment_never_decays)
+{
+    enum { N = 64, STEPS = 1000 };
+    const char *why = NULL;
+    const mpx_plugin_desc *d = th_load("build/plugins/optimizer-adam.so", &why);
+    cr_assert(d, "%s", why);
+    double v_end[2];
+    for (int k = 0; k < 2; k++) {
+        mpx_dtype st = k ? MPX_BF16 : MPX_F32;
+        mpx_precision_desc prec = th_fp32_policy();
+        prec.opt_state = st;
+        char *opts = options_text(d, "");
+        mpx_env *env = th_env(opts, NULL, &prec);
+        free(opts);
+        const mpx_optimizer_vtable *vt = d->vtable;
+        void *self;
+        cr_assert_eq(vt->create(env, &self), 0, "%s", th_error(env));
+        float param[N], grad[N], update[N];
+        void *state[2] = { calloc(N, 4), calloc(N, 4) };
+        cr_assert(state[0] && state[1]);
+        for (int i = 0; i < N; i++) param[i] = 1.0f;
+        th_set_update_target(env, mpx_a(param, MPX_F32), mpx_a(NULL, MPX_F32));
+        mpx_piece piece = { .param = 0, .offset = 0, .len = N, .tensor_numel = N };
+        for (int t = 0; t <= STEPS; t++) {
+            for (int i = 0; i < N; i++) grad[i] = t == 0 ? 1.0f : 0.0f;
+            mpx_opt_step s = { .size = sizeof s, .pieces = &piece, .n_pieces = 1, .lr = 1e-6, .step = t + 1,
+                               .param = mpx_a(param, MPX_F32), .grad = grad, .update = update };
+            s.state[0] = mpx_a(state[0], st);
+            s.state[1] = mpx_a(state[1], st);
+            cr_assert_eq(vt->step(self, env, &s), 0, "%s", th_error(env));
+        }
+        v_end[k] = st == MPX_BF16 ? mpx_bf16_to_f32(((uint16_t *)state[1])[0]) : ((float *)state[1])[0];
+        vt->destroy(self);
+        free(state[0]);
+        free(state[1]);
+        th_env_free(env);
+    }
+    double v1 = mpx_bf16_to_f32(mpx_f32_to_bf16(0.001f)), decayed = 0.001 * pow(0.999, STEPS);
+    cr_log_info("exp_avg_sq after 1 step at g = 1 and %d at g = 0: fp32 %.6g (0.001 * 0.999^%d = %.6g), bf16 %.6g",
+                STEPS, v_end[0], STEPS, decayed, v_end[1]);
+    cr_expect(fabs(v_end[0] - decayed) <= 1e-4 * decayed, "fp32 v %.9g, want %.9g", v_end[0], decayed);
+    cr_expect_eq(v_end[1], v1, "bf16 v %.9g, want it stuck at %.9g", v_end[1], v1);
+}

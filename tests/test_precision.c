@@ -94,14 +94,14 @@ Test(precision, fp16_scaled_skips_an_injected_overflow_and_halves_the_scale)
 
 /* ---- the stall: 4,096 bf16 weights in [1, 2), an update of 2^-8 / 10 per step ------- */
 
-static double mean_change(mpx_rounding mode)
+static double mean_change_by(mpx_rounding mode, float update, int steps)
 {
     mpx_precision_desc d = th_fp32_policy();
     d.weights = MPX_BF16;
     d.rounding = mode;
     mpx_env *env = th_env(NULL, NULL, &d);
     cr_assert_eq(th_use_cpu_backend(env, "threads = 1;"), 0, "%s", th_error(env));
-    enum { N = 4096, STEPS = 1000 };
+    enum { N = 4096 };
     uint16_t *w = env->host->alloc(env, MPX_ROLE_WEIGHTS, N * 2, "w");
     uint16_t *comp = env->host->alloc(env, MPX_ROLE_COMPENSATION, N * 2, "comp");
     float *u = env->host->alloc(env, MPX_ROLE_SCRATCH, N * 4, "u");
@@ -109,11 +109,11 @@ static double mean_change(mpx_rounding mode)
     for (int i = 0; i < N; i++) {
         w[i] = mpx_f32_to_bf16(1.0f + (float)i / N); /* [1, 2): ulp 2^-7 */
         before += mpx_bf16_to_f32(w[i]);
-        u[i] = 0x1p-8f / 10;
+        u[i] = update;
     }
     th_set_update_target(env, mpx_a(w, MPX_BF16), mpx_a(mode == MPX_ROUND_KAHAN ? comp : NULL, MPX_BF16));
     mpx_piece piece = { .param = 0, .offset = 0, .len = N, .tensor_numel = N, .site = 7 };
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         /* the test host draws with tick 0: vary the site per step for fresh draws */
         piece.site = 7 + (uint32_t)s;
         cr_assert_eq(env->host->apply_update(env, &piece, u), 0, "%s", th_error(env));
@@ -123,6 +123,8 @@ static double mean_change(mpx_rounding mode)
     th_env_free(env);
     return (after - before) / N;
 }
+
+static double mean_change(mpx_rounding mode) { return mean_change_by(mode, 0x1p-8f / 10, 1000); }
 
 Test(precision, nearest_rounding_stalls_small_updates)
 {
@@ -139,6 +141,19 @@ Test(precision, kahan_summation_keeps_the_lost_bits)
 {
     double want = 1000 * 0x1p-8 / 10, got = mean_change(MPX_ROUND_KAHAN);
     cr_expect_lt(fabs(got - want), 0.01 * want, "mean change %g, expected %g", got, want);
+}
+
+/* A bf16 Kahan buffer saturates: the compensation c grows towards half a weight ulp
+ * (2^-8 for w in [1, 2)), where its own ulp is 2^-16, so an update below about 2^-17 |w|
+ * is lost in c itself and the weight never moves. 4x above that it is kept. */
+Test(precision, kahan_buffer_saturates_below_2_to_minus_17)
+{
+    const int steps = 4096;
+    double below = mean_change_by(MPX_ROUND_KAHAN, 0x1p-19f, steps), above = mean_change_by(MPX_ROUND_KAHAN, 0x1p-15f, steps);
+    cr_log_info("bf16 weights in [1, 2), %d Kahan updates: u = 2^-19 moves them %.6g (exact %.6g), u = 2^-15 %.6g (exact %.6g)",
+                steps, below, steps * 0x1p-19, above, steps * 0x1p-15);
+    cr_expect_lt(below, 0.25 * steps * 0x1p-19, "u = 2^-19: moved %g of %g", below, steps * 0x1p-19);
+    cr_expect_lt(fabs(above - steps * 0x1p-15), 0.05 * steps * 0x1p-15, "u = 2^-15: moved %g of %g", above, steps * 0x1p-15);
 }
 
 /* ---- fp32 islands: the config key reaches the op's dtype ------------------------------ */
