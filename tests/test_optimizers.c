@@ -391,3 +391,93 @@ Test(adam, bf16_second_moment_never_decays)
     cr_expect(fabs(v_end[0] - decayed) <= 1e-4 * decayed, "fp32 v %.9g, want %.9g", v_end[0], decayed);
     cr_expect_eq(v_end[1], v1, "bf16 v %.9g, want it stuck at %.9g", v_end[1], v1);
 }
+
+/* ---- AnyPrecisionAdamW (tests/fixtures/optim/make_anyprecision_fixture.py) ---- */
+
+static double ulps_bf16(float a, float b)
+{
+    /* distance in bf16 steps between two bf16 values (same sign assumed near each other) */
+    int32_t ia = (int16_t)mpx_f32_to_bf16(a), ib = (int16_t)mpx_f32_to_bf16(b);
+    if (ia < 0) ia = (int32_t)0x8000 - ia;  /* order negative values */
+    if (ib < 0) ib = (int32_t)0x8000 - ib;
+    return fabs((double)ia - (double)ib);
+}
+
+/* bf16 weights, gradients and moments, every op rounded as AnyPrecisionAdamW's PyTorch
+ * ops round: the trajectory equals the real optimizer's bitwise, or within one bf16 ulp,
+ * per tensor and step; the final moments likewise. */
+static void check_anyprecision(const char *plugin)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file("tests/fixtures/optim/anyprecision_bf16.json", 0, &jerr);
+    cr_assert(root, "%s", jerr.text);
+    size_t numel[3], total = 0;
+    for (int i = 0; i < 3; i++) total += numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(root, "numel"), (size_t)i));
+    int steps = (int)json_integer_value(json_object_get(root, "steps"));
+    double wd = json_number_value(json_object_get(root, "weight_decay"));
+    const char *why = NULL;
+    char path[128], over[128];
+    snprintf(path, sizeof path, "build/plugins/optimizer-%s.so", plugin);
+    const mpx_plugin_desc *d = th_load(path, &why);
+    cr_assert(d, "%s", why);
+    snprintf(over, sizeof over, "anyprecision = true; weight_decay = %g;", wd);
+    char *opts = options_text(d, over);
+    mpx_precision_desc prec = th_fp32_policy();
+    prec.weights = prec.opt_state = MPX_BF16;
+    mpx_env *env = th_env(opts, NULL, &prec);
+    cr_assert_eq(th_use_cpu_backend(env, "threads = 1;"), 0, "%s", th_error(env));
+    free(opts);
+    const mpx_optimizer_vtable *vt = d->vtable;
+    void *self;
+    cr_assert_eq(vt->create(env, &self), 0, "%s", th_error(env));
+    uint16_t *w = calloc(total, 2), *m = calloc(total, 2), *v = calloc(total, 2);
+    float *grad = calloc(total, 4), *update = calloc(total, 4), *ref = calloc(total, 4);
+    cr_assert(w && m && v && grad && update && ref);
+    read_floats(json_object_get(root, "init"), ref, total, "init");
+    for (size_t i = 0; i < total; i++) w[i] = mpx_f32_to_bf16(ref[i]);
+    th_set_update_target(env, mpx_a(w, MPX_BF16), mpx_a(NULL, MPX_BF16));
+    mpx_piece pieces[3];
+    size_t off = 0;
+    for (size_t t = 0; t < 3; t++) {
+        int nd = (int)json_integer_value(json_array_get(json_object_get(root, "no_decay"), t));
+        pieces[t] = (mpx_piece){ .param = t, .offset = off, .len = numel[t], .tensor_numel = numel[t],
+                                 .weight_decay = nd ? 0.0f : (float)wd, .site = (uint32_t)t };
+        off += numel[t];
+    }
+    size_t exact = 0, compared = 0;
+    for (int s = 0; s < steps; s++) {
+        read_floats(json_array_get(json_object_get(root, "grads"), (size_t)s), grad, total, "grads");
+        mpx_opt_step st = { .size = sizeof st, .pieces = pieces, .n_pieces = 3,
+                            .lr = json_number_value(json_array_get(json_object_get(root, "lr"), (size_t)s)),
+                            .step = s + 1, .param = mpx_a(w, MPX_BF16), .grad = grad, .update = update };
+        st.state[0] = mpx_a(m, MPX_BF16);
+        st.state[1] = mpx_a(v, MPX_BF16);
+        cr_assert_eq(vt->step(self, env, &st), 0, "%s", th_error(env));
+        read_floats(json_array_get(json_object_get(root, "trajectory"), (size_t)s), ref, total, "trajectory");
+        for (size_t t = 0; t < 3; t++)
+            for (size_t i = pieces[t].offset; i < pieces[t].offset + numel[t]; i++) {
+                double du = ulps_bf16(mpx_bf16_to_f32(w[i]), ref[i]);
+                cr_assert(du <= 1.0, "%s step %d tensor %zu element %zu: %.9g vs AnyPrecisionAdamW %.9g (%g ulps)",
+                          plugin, s + 1, t, i, mpx_bf16_to_f32(w[i]), ref[i], du);
+                exact += du == 0.0;
+                compared++;
+            }
+    }
+    const char *mom[2] = { "exp_avg", "exp_avg_sq" };
+    const uint16_t *mine[2] = { m, v };
+    for (int k = 0; k < 2; k++) {
+        read_floats(json_object_get(root, mom[k]), ref, total, mom[k]);
+        for (size_t i = 0; i < total; i++)
+            cr_assert(ulps_bf16(mpx_bf16_to_f32(mine[k][i]), ref[i]) <= 1.0, "%s %s element %zu: %.9g vs %.9g", plugin,
+                      mom[k], i, mpx_bf16_to_f32(mine[k][i]), ref[i]);
+    }
+    cr_log_info("%s anyprecision: %zu of %zu weights after each of %d steps bitwise equal to AnyPrecisionAdamW, the rest within 1 bf16 ulp",
+                plugin, exact, compared, steps);
+    vt->destroy(self);
+    free(w); free(m); free(v); free(grad); free(update); free(ref);
+    th_env_free(env);
+    json_decref(root);
+}
+
+Test(adam, anyprecision_matches_anyprecision_adamw) { check_anyprecision("adam"); }
+Test(adamw, anyprecision_matches_anyprecision_adamw) { check_anyprecision("adamw"); }

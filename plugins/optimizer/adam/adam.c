@@ -28,6 +28,7 @@ static const mpx_option adam_options[] = {
     { "weight_decay", MPX_OPT_FLOAT, "0.0", 0.0, 1e9, NULL, "weight decay (0 on no-decay tensors); DeepSpeed FusedAdam's default is 0", 0 },
     { "adam_w_mode", MPX_OPT_BOOL, "true", MPX_NO_RANGE, NULL, "true: decoupled weight decay (AdamW); false: L2 added to the gradient (Adam)", 0 },
     { "bias_correction", MPX_OPT_BOOL, "true", MPX_NO_RANGE, NULL, "divide the moments by 1 - beta^step", 0 },
+    { "anyprecision", MPX_OPT_BOOL, "false", MPX_NO_RANGE, NULL, "AnyPrecisionAdamW's arithmetic (llama-recipes): every op rounded to its tensor's dtype (moments to the state dtype, decay and update to the weights'); decoupled decay as p *= 1 - lr wd", 0 },
 };
 
 static const mpx_optimizer_vtable adam_vtable = {

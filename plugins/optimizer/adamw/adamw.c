@@ -24,6 +24,7 @@ static const mpx_option adamw_options[] = {
     { "betas", MPX_OPT_FLOAT_LIST, "[0.9, 0.999]", 0.0, 0.999999, NULL, "coefficients of the running averages of the gradient and its square", 2 },
     { "eps", MPX_OPT_FLOAT, "1e-8", 0.0, 1.0, NULL, "added to the denominator, outside the square root", 0 },
     { "weight_decay", MPX_OPT_FLOAT, "0.01", 0.0, 1e9, NULL, "decoupled weight decay (0 on no-decay tensors)", 0 },
+    { "anyprecision", MPX_OPT_BOOL, "false", MPX_NO_RANGE, NULL, "AnyPrecisionAdamW's arithmetic (llama-recipes): every op rounded to its tensor's dtype (moments to the state dtype, decay and update to the weights'); decoupled decay as p *= 1 - lr wd", 0 },
 };
 
 static const mpx_optimizer_vtable adamw_vtable = {

@@ -21,6 +21,9 @@ int adam_rule_read(mpx_env *env, int has_modes, adam_rule *r)
         MPX_TRY(env->host->opt_bool(env, "adam_w_mode", &r->adam_w_mode));
         MPX_TRY(env->host->opt_bool(env, "bias_correction", &r->bias_correction));
     }
+    MPX_TRY(env->host->opt_bool(env, "anyprecision", &r->anyprecision));
+    if (r->anyprecision && (!r->adam_w_mode || !r->bias_correction))
+        return MPX_FAIL(env, "anyprecision = true is AdamW with bias correction: it needs adam_w_mode and bias_correction true");
     return MPX_OK;
 }
 
@@ -58,6 +61,7 @@ static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_s
 
 int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
 {
+    if (r->anyprecision) return adam_rule_step_anyprecision(r, env, s);
     MPX_TRY(optc_check_step(env, s, 2));
     adam_consts c = {
         .bc1 = (float)optc_bias_correction(r->beta1, s->step, r->bias_correction),

@@ -16,6 +16,7 @@ typedef struct adam_rule {
     float b1, b2, one_minus_b1, one_minus_b2, eps; /* 1 - beta rounded once from double, as torch does */
     int adam_w_mode;       /* 1: decoupled weight decay; 0: L2 added to the gradient */
     int bias_correction;
+    int anyprecision;      /* AnyPrecisionAdamW's arithmetic (anyprecision.c) */
 } adam_rule;
 
 /* Reads betas and eps (and, when the schema has them, adam_w_mode and
@@ -27,5 +28,8 @@ const char *adam_rule_state_name(int i);
 
 /* Computes every piece's update and hands it to host->apply_update. */
 int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s);
+
+/* The same with AnyPrecisionAdamW's op-by-op rounding (anyprecision.c). */
+int adam_rule_step_anyprecision(const adam_rule *r, mpx_env *env, const mpx_opt_step *s);
 
 #endif
