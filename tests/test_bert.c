@@ -159,19 +159,27 @@ Test(bert_fixture, backward_scales_and_accumulates)
     tb_free(&t);
 }
 
-Test(bert_fixture, minilm_logits_with_seeded_head_match_pytorch)
+/* MiniLM with the fixture's seeded QA head, bound for 2 x 40, and the fixture's
+ * inputs (no labels, eval mode) as a batch; skips the test without `make model`. */
+static fx_file *open_minilm(tb_model *t, tb_batch *b)
 {
     struct stat st;
     if (stat(MINILM "/model.safetensors", &st) != 0)
         cr_skip_test("%s not found: run `make model`", MINILM);
-    tb_model t;
-    cr_assert_eq(tb_create(&t, MINILM, "extra_tensors = \"tests/fixtures/bert/minilm_qa_head.safetensors\";"), 0,
-                 "%s", tb_error(&t));
-    cr_assert_eq(tb_init(&t, 7), 0, "%s", tb_error(&t));
-    cr_assert_eq(tb_bind(&t, 2, 40), 0, "%s", tb_error(&t));
+    cr_assert_eq(tb_create(t, MINILM, "extra_tensors = \"tests/fixtures/bert/minilm_qa_head.safetensors\";"), 0,
+                 "%s", tb_error(t));
+    cr_assert_eq(tb_init(t, 7), 0, "%s", tb_error(t));
+    cr_assert_eq(tb_bind(t, 2, 40), 0, "%s", tb_error(t));
     fx_file *fx = fx_open("tests/fixtures/bert/minilm_ref.safetensors");
+    ref_batch(t, fx, b, 0, 0, 0);
+    return fx;
+}
+
+Test(bert_fixture, minilm_logits_with_seeded_head_match_pytorch)
+{
+    tb_model t;
     tb_batch b;
-    ref_batch(&t, fx, &b, 0, 0, 0);
+    fx_file *fx = open_minilm(&t, &b);
     mpx_forward_out o = { .size = sizeof o };
     cr_assert_eq(t.vt->forward(t.m, &b.b, &o), 0, "%s", tb_error(&t));
     cr_expect(isnan(o.loss), "no labels: the loss is NaN");
@@ -186,17 +194,9 @@ Test(bert_fixture, minilm_logits_with_seeded_head_match_pytorch)
  * for bit; a training batch and a backward are refused. */
 Test(bert_fixture, minilm_forward_only_bind_matches_pytorch_and_the_training_bind)
 {
-    struct stat st;
-    if (stat(MINILM "/model.safetensors", &st) != 0)
-        cr_skip_test("%s not found: run `make model`", MINILM);
     tb_model t;
-    cr_assert_eq(tb_create(&t, MINILM, "extra_tensors = \"tests/fixtures/bert/minilm_qa_head.safetensors\";"), 0,
-                 "%s", tb_error(&t));
-    cr_assert_eq(tb_init(&t, 7), 0, "%s", tb_error(&t));
-    cr_assert_eq(tb_bind(&t, 2, 40), 0, "%s", tb_error(&t));
-    fx_file *fx = fx_open("tests/fixtures/bert/minilm_ref.safetensors");
     tb_batch b;
-    ref_batch(&t, fx, &b, 0, 0, 0);
+    fx_file *fx = open_minilm(&t, &b);
     mpx_forward_out o = { .size = sizeof o };
     cr_assert_eq(t.vt->forward(t.m, &b.b, &o), 0, "%s", tb_error(&t));
     size_t n = o.rows * o.cols;

@@ -311,6 +311,18 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
     return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
 }
 
+/* The weights from the model (checkpoint or init), then the model bound to the buffers
+ * (grads.p NULL: forward-only). */
+static int fill_and_bind(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
+{
+    if (fill_weights(s, err, errlen)) return -1;
+    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
+                            .offsets = s->offsets, .numel = s->numel };
+    START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
+    return 0;
+}
+
 /* Forward-only (mpx eval): the weights alone, and the model bound with no grads. */
 static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
@@ -318,12 +330,7 @@ static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *er
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
     s->grads = mpx_a(NULL, d->grads);
-    if (fill_weights(s, err, errlen)) return -1;
-    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
-    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
-                            .offsets = s->offsets, .numel = s->numel };
-    START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
-    return 0;
+    return fill_and_bind(s, max_batch, max_seq, err, errlen);
 }
 
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
@@ -369,12 +376,7 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
     else if (s->grad_acc.p && s->grad_acc.t == MPX_F32) s->grad32 = s->grad_acc.p;
     else if (!(s->grad32 = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "fp32 gradient", err, errlen))) return -1;
     if (!(s->update = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "optimizer update", err, errlen))) return -1;
-    if (fill_weights(s, err, errlen)) return -1;
-    mpx_instance *m = &s->inst[MPX_KIND_MODEL];
-    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
-                            .offsets = s->offsets, .numel = s->numel };
-    START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
-    return 0;
+    return fill_and_bind(s, max_batch, max_seq, err, errlen);
 }
 
 void mpx_session_close(mpx_session *s)
