@@ -192,7 +192,11 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     if (!rc) rc = train_and_eval(&s, &t, &rec, train, from, err, sizeof err);
     if (!rc && train) mpx_train_state_remove(dir);
-    mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL);
+    if (mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL) != 0) {
+        fprintf(stderr, "mpx %s: cannot write the record %s (or close %s/metrics.csv): %s\n", what, rec.json_path,
+                dir, strerror(errno));
+        rc = 1;
+    }
     if (rc) fprintf(stderr, "mpx %s: %s\n", what, err);
     else fprintf(stderr, "mpx %s: finished; record in %s/run.json\n", what, dir);
     json_decref(root);

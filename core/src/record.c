@@ -15,12 +15,17 @@ int mpx_write_json_atomic(const char *path, json_t *j)
 {
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int saved;
     if (json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+        saved = errno ? errno : EIO;
         unlink(tmp);
+        errno = saved; /* the caller names the file and this errno (e.g. ENOSPC) */
         return -1;
     }
     if (rename(tmp, path) != 0) {
+        saved = errno;
         unlink(tmp);
+        errno = saved;
         return -1;
     }
     return 0;
@@ -74,12 +79,13 @@ static void crash_handler(int sig)
             char rev[16];
             do { rev[n++] = (char)('0' + v % 10); v /= 10; } while (v && n < 15);
             for (int i = 0; i < n; i++) num[i] = rev[n - 1 - i];
-            ssize_t w = write(fd, crash.head, crash.head_len);
-            w += write(fd, num, (size_t)n);
-            w += write(fd, crash.tail, crash.tail_len);
-            (void)w;
-            close(fd);
-            rename(crash.tmp, crash.path);
+            /* a short write (full disk) must not replace the good record with a torn one */
+            int whole = write(fd, crash.head, crash.head_len) == (ssize_t)crash.head_len &&
+                        write(fd, num, (size_t)n) == (ssize_t)n &&
+                        write(fd, crash.tail, crash.tail_len) == (ssize_t)crash.tail_len;
+            if (close(fd) != 0) whole = 0;
+            if (whole) rename(crash.tmp, crash.path);
+            else unlink(crash.tmp);
         }
     }
     signal(sig, SIG_DFL);

@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -372,9 +373,15 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         if (!isfinite(loss) && !json_object_get(metrics, "first_nonfinite_loss_step"))
             json_object_set_new(metrics, "first_nonfinite_loss_step", json_integer(step));
         double row[N_COLS] = { (double)step, loss, lr, norm, scale, skip, (double)tokens / dt, elapsed };
-        if (mpx_record_row(rec, row)) { snprintf(err, errlen, "cannot append to metrics.csv"); return -1; }
+        if (mpx_record_row(rec, row)) {
+            snprintf(err, errlen, "step %lld: cannot append to %s/metrics.csv: %s", (long long)step, rec->dir, strerror(errno));
+            return -1;
+        }
         progress(step, total, loss, lr, (double)tokens_total / elapsed, elapsed / (double)(step + 1) * (double)(total - step - 1));
-        if (c.log_every > 0 && (step + 1) % c.log_every == 0) mpx_record_sync(rec);
+        if (c.log_every > 0 && (step + 1) % c.log_every == 0 && mpx_record_sync(rec)) {
+            snprintf(err, errlen, "step %lld: cannot write %s: %s", (long long)step, rec->json_path, strerror(errno));
+            return -1;
+        }
         if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
             json_t *m = json_object();
             if (t->evaluate(t, s, m, NULL, err, errlen)) { json_decref(m); return -1; }

@@ -1,0 +1,49 @@
+/* Faults (issue 15): records are never lost. A full disk (here /dev/full behind the
+ * record's files) names the file and errno; a signal arriving while the disk is full
+ * used to replace a good run.json with an empty file (the crash handler renamed after
+ * a short write), now the previous record stays. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "support/shell.h"
+
+static char out[16384];
+
+Test(faults, a_full_disk_names_the_file_and_errno, .timeout = 60)
+{
+    char *d = ts_tmpdir("faults"), path[512];
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/run && ln -s /dev/full %s/run/metrics.csv", d, d), 0);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg -s train.max_steps=3 --out %s/run 2>&1", d);
+    cr_expect_eq(rc, 1, "%s", out);
+    char want[600];
+    snprintf(want, sizeof want, "cannot append to %s/run/metrics.csv: No space left on device", d);
+    cr_expect(strstr(out, want) != NULL, "no '%s' in\n%s", want, out);
+    snprintf(path, sizeof path, "%s/run/run.json", d);
+    json_t *j = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+    cr_expect(strstr(json_string_value(json_object_get(j, "error")), "No space left on device") != NULL);
+    json_decref(j);
+    free(d);
+}
+
+Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
+{
+    char *d = ts_tmpdir("faults"), path[512];
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/run && ln -s /dev/full %s/run/run.json.crash", d, d), 0);
+    int rc = ts_sh(out, sizeof out, "MPX_FAULT_AT_STEP=5 build/bin/mpx run configs/toy.cfg -s train.max_steps=10 "
+                   "--out %s/run 2>&1; true", d);
+    cr_expect_eq(rc, 0);
+    snprintf(path, sizeof path, "%s/run/run.json", d);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISREG(st.st_mode) && st.st_size > 100, "run.json is a whole file (%lld bytes)", (long long)st.st_size);
+    json_t *j = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "running", "the last record written whole");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "step")), 5);
+    json_decref(j);
+    free(d);
+}
