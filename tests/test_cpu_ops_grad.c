@@ -181,6 +181,7 @@ Test(grad, softmax)
         fd_grad(sm_loss, xv, n, &c, fd);
         compare("softmax_bwd vs fd", dx, fd, n, rel_tol(x.t, dx.t));
     }
+    free(xv); free(wv); free(mv); free(y); free(fd);
     tb_close(&t);
 }
 

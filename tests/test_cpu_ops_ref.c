@@ -29,6 +29,10 @@ tb tb_open(int threads)
 
 void tb_close(tb *t)
 {
+    for (size_t i = 0; i < t->n_bufs; i++) t->ops->free(t->be, t->bufs[i]);
+    free(t->bufs);
+    t->bufs = NULL;
+    t->n_bufs = t->cap_bufs = 0;
     t->vt->destroy(t->be);
     th_env_free(t->env);
 }
@@ -39,6 +43,12 @@ mpx_arg tb_alloc(tb *t, mpx_dtype d, size_t n)
 {
     void *p = t->ops->alloc(t->be, n * mpx_dtype_size(d) + 4);
     cr_assert_not_null(p);
+    if (t->n_bufs == t->cap_bufs) {
+        t->cap_bufs = t->cap_bufs ? 2 * t->cap_bufs : 32;
+        t->bufs = realloc(t->bufs, t->cap_bufs * sizeof *t->bufs);
+        cr_assert_not_null(t->bufs);
+    }
+    t->bufs[t->n_bufs++] = p;
     cr_assert_eq((uintptr_t)p % 64, 0, "alloc not 64-byte aligned");
     return mpx_a(p, d);
 }

@@ -11,6 +11,8 @@ typedef struct tb {
     const mpx_ops *ops;
     void *be;
     const mpx_backend_vtable *vt;
+    void **bufs;           /* every tb_alloc, freed by tb_close */
+    size_t n_bufs, cap_bufs;
 } tb;
 
 /* Loads and creates the backend with `threads` (0 = all cores); aborts the test on failure. */

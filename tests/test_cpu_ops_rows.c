@@ -140,8 +140,6 @@ Test(layernorm, backward_every_combination, .timeout = 60)
         check_out("layernorm_bwd dx", ddx, dx, rows * cols, 10, NULL, 0.85);
         check_out("layernorm_bwd dgamma", ddg, dg, cols, 10, NULL, 0.85);
         check_out("layernorm_bwd dbeta", ddb, dbeta, cols, 10, NULL, 0.85);
-        void *ps[6] = { dy.p, x.p, g.p, ddx.p, ddg.p, ddb.p };
-        for (int i = 0; i < 6; i++) t.ops->free(t.be, ps[i]);
     }
     tb_close(&t);
 }
@@ -181,6 +179,7 @@ Test(softmax, forward_and_backward_every_combination)
                 }
                 check_out("softmax_bwd", dx, ref, n, 0.05, NULL, 0.9);
             }
+    free(xv); free(mv); free(ref); free(dyv); free(yv);
     tb_close(&t);
 }
 

@@ -27,7 +27,6 @@ Test(faults, a_full_disk_names_the_file_and_errno, .timeout = 60)
     cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
     cr_expect(strstr(json_string_value(json_object_get(j, "error")), "No space left on device") != NULL);
     json_decref(j);
-    free(d);
 }
 
 Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
@@ -45,5 +44,4 @@ Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
     cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "running", "the last record written whole");
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "step")), 5);
     json_decref(j);
-    free(d);
 }

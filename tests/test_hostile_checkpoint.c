@@ -69,7 +69,6 @@ static void expect_shapes_refused(const char *key, const char *tensor)
                   "mpx %s:\n%s", cmds[i], out);
         if (i) expect_record_failed(d, want);
     }
-    free(d);
 }
 
 Test(hostile_checkpoint, a_vocab_size_the_weights_do_not_have_is_refused_before_allocating, .timeout = 30)
@@ -92,7 +91,6 @@ Test(hostile_checkpoint, sizes_whose_parameter_count_wraps_are_refused, .timeout
         cr_expect_eq(rc, 1, "exit %d\n%s", rc, out);
         cr_expect(strstr(out, "its sizes overflow") != NULL, "%s", out);
     }
-    free(d);
 }
 
 /* Sizes that fit but no machine here holds: the memory plan is the error. */
@@ -104,7 +102,6 @@ Test(hostile_checkpoint, a_memory_plan_past_the_machine_or_max_memory_is_refused
     cr_expect_eq(rc, 1, "exit %d\n%s", rc, out);
     cr_expect(strstr(out, "more than this machine's physical memory") != NULL && strstr(out, "weights ") != NULL &&
               strstr(out, "opt_state ") != NULL, "%s", out);
-    free(d);
     /* the tiny model itself under a 1 MB cap */
     rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s run.max_memory=1e6 2>&1");
     cr_expect_eq(rc, 1);
@@ -152,6 +149,5 @@ Test(hostile_checkpoint, safetensors_duplicate_names_and_overlapping_ranges_are_
         cr_expect_eq(rc, 1, "case %zu: exit %d\n%s", i, rc, out);
         cr_expect(strstr(out, cases[i].want) != NULL && strstr(out, "model.safetensors") != NULL,
                   "case %zu: no '%s' in\n%s", i, cases[i].want, out);
-        free(d);
-    }
+        }
 }

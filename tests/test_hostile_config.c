@@ -49,7 +49,6 @@ Test(hostile_config, a_wrapped_integer_in_a_file_names_the_line_and_the_dotted_k
     snprintf(text, sizeof text, "%s:3: 'train.epochs' = -4294967297 does not fit", path);
     cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
     cr_expect(strstr(out, "99999999999") == NULL, "comments and strings are not numbers:\n%s", out);
-    free(d);
 }
 
 Test(hostile_config, a_sweep_axis_value_past_32_bits_is_refused)
@@ -59,7 +58,6 @@ Test(hostile_config, a_sweep_axis_value_past_32_bits_is_refused)
     ts_write_file(path, "base = \"configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 4294967338); } );\n");
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path), 2);
     cr_expect(strstr(out, ":2: 'axes.values' = 4294967338 does not fit") != NULL, "%s", out);
-    free(d);
 }
 
 Test(hostile_config, non_finite_floats_are_refused)
@@ -83,8 +81,7 @@ Test(hostile_config, run_names_that_leave_the_output_folder_are_refused)
         int rc = ts_sh(out, sizeof out, "cd %s && %s/build/bin/mpx run %s/configs/toy.cfg %s 2>&1; ls -A %s | wc -l",
                        d, getenv("PWD"), getenv("PWD"), extra, d);
         cr_expect(strstr(out, want) != NULL && strstr(out, "\n0\n") != NULL, "mpx run %s (rc %d):\n%s", extra, rc, out);
-        free(d);
-    }
+        }
 }
 
 Test(hostile_config, check_refuses_the_no_decay_lists_run_refuses)
@@ -132,5 +129,4 @@ Test(hostile_config, a_mistyped_sweep_axis_plugin_is_an_error_before_any_cell)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path), 0, "%s", out);
     if (strstr(out, "todo      nccl")) cr_skip_test("comm/nccl is installed here");
     cr_expect(strstr(out, "skipped: comm/nccl not found") != NULL, "%s", out);
-    free(d);
 }

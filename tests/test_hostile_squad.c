@@ -53,7 +53,6 @@ Test(hostile_squad, a_train_file_of_mostly_unusable_answers_is_an_error, .timeou
     cr_expect(strstr(out, "41 of 42 training questions are unusable (answer_outside_context 41)") != NULL, "%s", out);
     cr_expect_eq(mpx_tiny("run", train, dev, run), 1, "%s", out);
     cr_expect(strstr(out, "41 of 42 training questions are unusable") != NULL, "%s", out);
-    free(d);
 }
 
 Test(hostile_squad, a_skipped_question_is_counted_with_its_reason_and_noted, .timeout = 60)
@@ -74,7 +73,6 @@ Test(hostile_squad, a_skipped_question_is_counted_with_its_reason_and_noted, .ti
     cr_expect_eq(json_integer_value(json_object_get(tr, "skipped_questions")), 1);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(tr, "reasons"), "answer_outside_context")), 1);
     json_decref(j);
-    free(d);
 }
 
 Test(hostile_squad, a_dev_context_of_one_very_long_word_evaluates, .timeout = 60)
@@ -90,7 +88,6 @@ Test(hostile_squad, a_dev_context_of_one_very_long_word_evaluates, .timeout = 60
     write_squad(dev, 2, 2, 0, word);
     free(word);
     cr_expect_eq(mpx_tiny("run", train, dev, run), 0, "%s", out);
-    free(d);
 }
 
 /* A diverged model (lr 1e30, no clipping): evaluation used to end with "out of memory
@@ -113,5 +110,4 @@ Test(hostile_squad, non_finite_scores_at_evaluation_are_an_error_naming_the_step
     cr_expect(json_is_null(json_array_get(json_object_get(m, "losses"), (size_t)bad)), "losses[%lld] is null", (long long)bad);
     json_decref(j);
     cr_expect_eq(ts_sh(out, sizeof out, "ls %s/run | grep -c tmp", d), 1, "no temp file left: %s", out);
-    free(d);
 }

@@ -7,12 +7,13 @@
 #include <unistd.h>
 
 #include "../core/src/registry.h"
+#include "support/keep.h"
 #include "../core/src/session.h"
 
 /* A fresh folder holding copies of the named test plugins. */
 static char *folder_with(const char *const *plugins, size_t n)
 {
-    char *dir = strdup("/tmp/mpx-loader-XXXXXX");
+    char *dir = ts_keep(strdup("/tmp/mpx-loader-XXXXXX"));
     cr_assert_not_null(mkdtemp(dir));
     for (size_t i = 0; i < n; i++) {
         char cmd[1024];

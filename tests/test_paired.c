@@ -83,7 +83,6 @@ Test(paired, cli_refuses_other_questions_and_missing_files)
     json_decref(j);
     json_decref(all);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 /* DIR/NAME: a finished run of policy prec with the fixture's question scores of `from`. */
@@ -134,5 +133,4 @@ Test(paired, matrix_paired_rows)
     cr_assert(strstr(out, "--paired fp64: no row has precision.plugin = fp64"), "%s", out);
     json_decref(all);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }

@@ -8,11 +8,12 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "support/keep.h"
 #include "support/shell.h"
 
 static char *tmp_dir(void)
 {
-    char *d = strdup("/tmp/mpx-records-XXXXXX");
+    char *d = ts_keep(strdup("/tmp/mpx-records-XXXXXX"));
     cr_assert_not_null(mkdtemp(d));
     return d;
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "support/keep.h"
 #include "support/shell.h"
 
 static json_t *load(const char *path)
@@ -26,7 +27,7 @@ static json_t *load(const char *path)
 /* A sweep file in `dir` over the toy config (absolute base); returns its path. */
 static char *sweep_file(const char *dir, const char *name, const char *axes)
 {
-    char base[PATH_MAX], text[2 * PATH_MAX], *path = malloc(PATH_MAX);
+    char base[PATH_MAX], text[2 * PATH_MAX], *path = ts_keep(malloc(PATH_MAX));
     cr_assert_not_null(realpath("configs/toy.cfg", base));
     snprintf(text, sizeof text, "name = \"%s\";\nbase = \"%s\";\naxes = ( %s );\n", name, base, axes);
     snprintf(path, PATH_MAX, "%s/%s.cfg", dir, name);
@@ -285,8 +286,7 @@ Test(sweep, cell_folders_ignore_where_and_how_often_state_is_saved)
                        "train.epochs=2 --dry-run 2>/dev/null | sed 's|%s/elsewhere|X|'", file, dir, dir), 0);
     cr_assert_str_eq(other, moved);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(file);
-    free(dir);
+
 }
 
 /* --max-cells N: at most N unfinished cells in order, then exit 1 (cells left); the next
@@ -305,8 +305,7 @@ Test(sweep, max_cells_runs_a_study_in_parts)
     cr_assert_eq(sweep(dir, file, "", "--max-cells 5", out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "4 finished") && strstr(out, "ran 1 now"), "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(file);
-    free(dir);
+
 }
 
 /* set = (...): overrides every cell takes after the user's -s and before the axes; a
@@ -333,5 +332,4 @@ Test(sweep, set_overrides_every_cell)
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", file), 2);
     cr_expect(strstr(out, "s.cfg:2: set: item 1 is not \"GROUP.KEY=VALUE\""), "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support/keep.h"
 #include "support/shell.h"
 
 #define LR_SEED "{ key = \"optimizer.lr\"; values = (0.05, 0.1); },\n  { key = \"run.seed\"; values = (1, 2); }"
@@ -23,7 +24,7 @@
 /* A toy sweep in dir (absolute base) over the axes, with the slurm group given. */
 static char *sweep_file(const char *dir, const char *axes, const char *slurm)
 {
-    char base[PATH_MAX], text[2 * PATH_MAX], *path = malloc(PATH_MAX);
+    char base[PATH_MAX], text[2 * PATH_MAX], *path = ts_keep(malloc(PATH_MAX));
     cr_assert_not_null(realpath("configs/toy.cfg", base));
     snprintf(text, sizeof text, "name = \"toy\";\nbase = \"%s\";\naxes = ( %s );\n%s\n", base, axes, slurm);
     snprintf(path, PATH_MAX, "%s/toy.cfg", dir);

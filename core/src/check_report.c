@@ -81,6 +81,7 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
     print_precision(out, &s->prec, &s->fmts);
     mpx_task t;
     if (mpx_task_open(&t, s, 1, msg, sizeof msg)) {
+        if (t.destroy) t.destroy(&t); /* what it read before the error */
         fprintf(err, "mpx check: cannot read the data to count steps: %s\n", msg);
         return 1;
     }

@@ -1,5 +1,7 @@
 #include "shell.h"
 
+#include "keep.h"
+
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -10,7 +12,7 @@
 
 char *ts_tmpdir(const char *tag)
 {
-    char *d = malloc(strlen(tag) + 32);
+    char *d = ts_keep(malloc(strlen(tag) + 32)); /* the harness frees it at exit */
     cr_assert_not_null(d);
     sprintf(d, "/tmp/mpx-%s-XXXXXX", tag);
     cr_assert_not_null(mkdtemp(d), "mkdtemp %s", d);

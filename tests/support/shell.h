@@ -5,7 +5,8 @@
 
 #include <stddef.h>
 
-/* A fresh folder /tmp/mpx-TAG-XXXXXX (malloc'd path). */
+/* A fresh folder /tmp/mpx-TAG-XXXXXX; the path lives until the test process exits
+ * (do not free it). */
 char *ts_tmpdir(const char *tag);
 
 /* Runs the formatted command with /bin/sh; its stdout (whole, NUL-terminated) goes to

@@ -24,6 +24,7 @@ typedef struct th_env_impl {
     mpx_format_table fmts;        /* the core's: built-in formats (+ th_declare_formats) */
     mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
     struct th_env_impl *owner;    /* a backend's env: formats and scales are its owner's */
+    mpx_env *benv;                /* the backend's env (th_use_cpu_backend), freed with this one */
 } th_env_impl;
 
 static th_env_impl *impl(mpx_env *env) { return (th_env_impl *)env; }
@@ -250,6 +251,7 @@ void th_env_free(mpx_env *env)
     if (e->has_options) config_destroy(&e->options);
     if (e->has_run) config_destroy(&e->run);
     if (e->bv && e->be) e->bv->destroy(e->be);
+    if (e->benv) th_env_free(e->benv); /* after the backend that reported through it */
     mpx_scaling_free(&e->scaling);
     free(e);
 }
@@ -282,11 +284,12 @@ int th_use_cpu_backend(mpx_env *env, const char *backend_options)
     /* The backend reads its own options through a separate env. */
     mpx_env *benv = th_env(backend_options ? backend_options : "threads = 0;", NULL, &e->prec);
     impl(benv)->owner = e;
+    e->benv = benv;
     e->bv = d->vtable;
     if (e->bv->create(benv, &e->be) != 0) {
         snprintf(e->error, sizeof e->error, "CPU backend create failed: %s", th_error(benv));
         return -1;
     }
     e->ops = e->bv->ops;
-    return 0; /* benv stays alive: the backend may keep it for its errors */
+    return 0; /* benv lives as long as env: the backend keeps it for its errors */
 }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (halt on the
+# first error, leak checking on), in its own tree so the normal build stays as it is:
+# the sources are copied to SAN_DIR (default build-asan/), built there with
+# -fsanitize=address,undefined, and `make test` runs there (the suites run build/bin/mpx
+# and build/plugins relative to their tree). The data and checkpoint folders are linked,
+# not copied. Leaks inside libconfig's scanner and Criterion are suppressed
+# (tests/lsan.supp); everything else fails the suite. Used by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dir=${SAN_DIR:-$root/build-asan}
+rm -rf "$dir" && mkdir -p "$dir"
+tar --exclude=./build --exclude=./build-asan --exclude=./runs --exclude=./.git \
+    --exclude=./datasets/data --exclude=./models/checkpoints -cf - . | (cd "$dir" && tar xf -)
+ln -s "$root/datasets/data" "$dir/datasets/data"
+mkdir -p "$dir/models" && ln -s "$root/models/checkpoints" "$dir/models/checkpoints"
+export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1
+export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+san="gcc -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+cd "$dir"
+make -j2 CC="$san" OPT="-O1 -g" all
+make -j2 CC="$san" OPT="-O1 -g" test
