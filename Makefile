@@ -38,7 +38,7 @@ CORE_SRCS    :=
 LIB_SRCS     :=
 BENCHES      :=
 
-.PHONY: all test run bench data model install clean
+.PHONY: all test test-build run bench data model install clean
 all:
 
 # $(call add_plugin,KIND,NAME,SOURCES,EXTRA_LIBS) builds build/plugins/KIND-NAME.so
@@ -85,6 +85,10 @@ all: $(BUILD)/bin/mpx $(PLUGINS)
 
 test: all $(TEST_PLUGINS) $(TESTS)
 	@bash tests/run-tests.sh $(TESTS)
+
+# The suites built but not run (tests/sanitize.sh runs them outside make).
+test-build: all $(TEST_PLUGINS) $(TESTS)
+	@printf '%s\n' $(TESTS) > $(BUILD)/tests.list
 
 bench: all $(BENCHES)
 	@bash tests/run-bench.sh

@@ -2,8 +2,8 @@
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (halt on the
 # first error, leak checking on), in its own tree so the normal build stays as it is:
 # the sources are copied to SAN_DIR (default build-asan/), built there with
-# -fsanitize=address,undefined, and `make test` runs there (the suites run build/bin/mpx
-# and build/plugins relative to their tree). The data and checkpoint folders are linked,
+# -fsanitize=address,undefined, and the suites run there (they run build/bin/mpx
+# and build/plugins relative to their tree), outside make. The data and checkpoint folders are linked,
 # not copied. Leaks inside libconfig's scanner and Criterion are suppressed
 # (tests/lsan.supp); everything else fails the suite. Used by .ci/run.
 set -euo pipefail
@@ -20,5 +20,7 @@ export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 san="gcc -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cd "$dir"
-make -j2 CC="$san" OPT="-O1 -g" all
-make -j2 CC="$san" OPT="-O1 -g" test
+make -j2 CC="$san" OPT="-O1 -g" test-build
+# run outside make: test_install runs `make install` itself, which must not inherit
+# this make's variables
+bash tests/run-tests.sh $(cat build/tests.list)
