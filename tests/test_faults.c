@@ -45,3 +45,35 @@ Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "step")), 5);
     json_decref(j);
 }
+
+/* A run killed by SIGKILL (as the OOM killer kills) cannot write its record: it stays
+ * "running" with a dead pid. The next mpx sweep records it as killed, says so, and
+ * runs it again from its last training-state checkpoint. */
+Test(faults, a_sigkilled_run_is_recorded_killed_by_the_next_sweep_and_resumed, .timeout = 120)
+{
+    char *d = ts_tmpdir("faults-oom"), path[1024], text[1024];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1); } );\n",
+             getenv("PWD"));
+    ts_write_file(path, text);
+    const char *keys = "-s train.max_steps=20 -s train.checkpoint_every=10";
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s --dry-run", path, d, keys), 0);
+    char *at = strstr(out, d), cell[512];
+    cr_assert_not_null(at, "%s", out);
+    cr_assert_eq(sscanf(at, "%511s", cell), 1);
+    ts_sh(NULL, 0, "MPX_FAULT_AT_STEP=15 MPX_FAULT_SIGNAL=KILL build/bin/mpx run configs/toy.cfg %s -s run.seed=1 "
+          "--out %s >/dev/null 2>&1; true", keys, cell);
+    char rec[600];
+    snprintf(rec, sizeof rec, "%s/run.json", cell);
+    json_t *j = ts_load_json(rec);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "running", "SIGKILL leaves no handler's record");
+    json_decref(j);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s 2>&1", path, d, keys), 0,
+                 "%s", out);
+    cr_expect(strstr(out, "its run died without finishing its record (SIGKILL: the OOM killer or kill -9): recorded "
+                          "as killed; running it again") != NULL, "%s", out);
+    j = ts_load_json(rec);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "finished");
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(json_object_get(j, "resumed"), 0), "step")), 10);
+    json_decref(j);
+}

@@ -123,6 +123,12 @@ static int decide(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *c, c
     }
     if (c->rec == MPX_REC_FAILED && !o->retry_failed) { *state = "failed"; return 0; }
     if (c->rec == MPX_REC_RUNNING) { *state = "running"; return 0; }
+    if (c->rec == MPX_REC_STALE && !o->dry_run) {
+        int marked = mpx_sweep_mark_killed(c->dir) == 0;
+        fprintf(stderr, "mpx sweep: %s: its run died without finishing its record (SIGKILL: the OOM killer or "
+                "kill -9)%s; running it again\n", c->name, marked ? ": recorded as killed" : "");
+        if (marked) c->rec = MPX_REC_KILLED;
+    }
     *state = "todo";
     return 1;
 }

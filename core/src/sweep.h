@@ -108,6 +108,10 @@ mpx_rec_state mpx_sweep_read_state(const char *dir, char *why, size_t len);
 /* Write <cell dir>/run.json for a cell that never ran: status "skipped" (reason) or
  * "failed" (error), with its axis values and what is known of its configuration. */
 int mpx_sweep_write_unrun(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *status);
+
+/* A record left "running" by a process that is gone (SIGKILL: the OOM killer, kill -9):
+ * rewritten as "killed" with the reason, before the cell runs again. */
+int mpx_sweep_mark_killed(const char *dir);
 /* <output_dir>/<name>/sweep.json: the axes and every cell with its folder and state. */
 int mpx_sweep_write_index(const mpx_sweep *sw, const char *sweep_dir, const mpx_sweep_cell *cells,
                           const char *const *states, const char *const *user_ov, size_t n_user);

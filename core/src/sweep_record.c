@@ -140,3 +140,18 @@ int mpx_sweep_write_index(const mpx_sweep *sw, const char *sweep_dir, const mpx_
     json_decref(j);
     return rc;
 }
+
+int mpx_sweep_mark_killed(const char *dir)
+{
+    char path[PATH_MAX + 16], when[32];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    if (!j) return -1;
+    json_object_set_new(j, "status", json_string("killed"));
+    json_object_set_new(j, "error", json_string("the process died without writing its record (SIGKILL: the OOM "
+                                                "killer or kill -9); found by the next mpx sweep"));
+    json_object_set_new(j, "finished", json_string(mpx_now_iso(when, sizeof when)));
+    int rc = mpx_write_json_atomic(path, j);
+    json_decref(j);
+    return rc;
+}

@@ -77,7 +77,8 @@ static double now_s(void)
 }
 
 /* The fault hook: MPX_FAULT_AT_STEP=N dies at the start of step N (0-based) on SIGABRT,
- * as a crash would, after the record says which step it reached. */
+ * as a crash would, after the record says which step it reached; with
+ * MPX_FAULT_SIGNAL=KILL on SIGKILL, as the OOM killer would (the record stays "running"). */
 static void maybe_fault(int64_t step, mpx_record *rec)
 {
     static int64_t fault = -2;
@@ -87,7 +88,9 @@ static void maybe_fault(int64_t step, mpx_record *rec)
     }
     if (step != fault) return;
     mpx_record_sync(rec);
-    fprintf(stderr, "mpx: MPX_FAULT_AT_STEP=%lld: dying now\n", (long long)step);
+    const char *sig = getenv("MPX_FAULT_SIGNAL"); /* KILL: as the OOM killer, no handler runs */
+    fprintf(stderr, "mpx: MPX_FAULT_AT_STEP=%lld: dying now%s\n", (long long)step, sig && !strcmp(sig, "KILL") ? " (SIGKILL)" : "");
+    if (sig && !strcmp(sig, "KILL")) raise(SIGKILL);
     abort();
 }
 
