@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Commits the study's finished cells (their records only: run.json, metrics.csv,
+# diagnostics.csv, question_scores.csv, mpx.log; .gitignore keeps checkpoints and SQuAD
+# text out), then rewrites results/bingbert-repro/matrices.md and the generated tables of
+# docs/STUDY.md from the committed records alone, and commits those. Unfinished cells stay
+# uncommitted until they finish. From the repository root:
+#
+#   bash results/bingbert-repro/publish.sh [MPX]
+set -eu
+cd "$(dirname "$0")/../.."
+MPX=$(realpath "${1:-build/bin/mpx}")
+S=results/bingbert-repro
+added=0
+for rec in "$S"/*/*/run.json; do
+    [ -f "$rec" ] || continue
+    grep -q '"status": "finished"' "$rec" || continue
+    cell=$(dirname "$rec")
+    for f in run.json metrics.csv diagnostics.csv question_scores.csv mpx.log; do
+        [ -f "$cell/$f" ] && git add "$cell/$f" && added=1
+    done
+done
+[ -f "$S/main/sweep.json" ] && git add "$S"/*/sweep.json
+git diff --cached --quiet || git commit -q -m "results/bingbert-repro: finished cells' records"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+git archive HEAD results docs | tar -x -C "$tmp"
+(cd "$tmp" && bash "$S/matrices.sh" "$MPX" > "$S/matrices.md" && bash docs/regen.sh docs/STUDY.md "$MPX" >/dev/null)
+cp "$tmp/$S/matrices.md" "$S/matrices.md"
+cp "$tmp/docs/STUDY.md" docs/STUDY.md
+git add "$S/matrices.md" docs/STUDY.md
+git diff --cached --quiet || git commit -q -m "results/bingbert-repro: matrices and docs/STUDY.md tables regenerated from the committed records"
+git log --oneline -3
