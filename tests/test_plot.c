@@ -76,3 +76,42 @@ Test(plot, errors_are_clear)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/a -o %s/x.pdf 2>&1", dir, dir), 2);
     cr_expect(strstr(out, ".svg or .png"), "%s", out);
 }
+
+/* --smooth N: the loss drawn is the trailing mean of the last N steps (hand-computed for
+ * losses 1..10 and N = 3), the other panels untouched. A stand-in gnuplot keeps the data
+ * file the real one would draw from. */
+Test(plot, smooth_draws_the_trailing_mean)
+{
+    char *dir = ts_tmpdir("plot-smooth"), path[PATH_MAX], out[4096];
+    snprintf(path, sizeof path, "%s/r", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", path), 0);
+    snprintf(path, sizeof path, "%s/r/run.json", dir);
+    ts_write_file(path, "{\"status\": \"finished\", \"config\": {\"effective\": {\"run\": {\"name\": \"r\"}}}}\n");
+    snprintf(path, sizeof path, "%s/r/metrics.csv", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("step,loss,lr,grad_norm,loss_scale,skipped,tokens_per_s,elapsed_s\n", f);
+    for (int i = 0; i < 10; i++) fprintf(f, "%d,%d,0.1,1,1,0,1,1\n", i, i + 1);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/fake-gnuplot", dir);
+    char script[2048];
+    snprintf(script, sizeof script, "#!/bin/sh\ncp \"$(grep -o \"/tmp/mpx-plot-[^/']*/curves.tsv\" \"$1\" | head -1)\" "
+             "%s/data.tsv\nprintf x > %s/x.png\n", dir, dir);
+    ts_write_file(path, script);
+    cr_assert_eq(ts_sh(out, sizeof out, "chmod +x %s && MPX_GNUPLOT=%s build/bin/mpx plot %s/r -o %s/x.png --smooth 3 2>&1",
+                       path, path, dir, dir), 0, "%s", out);
+    snprintf(path, sizeof path, "%s/data.tsv", dir);
+    char *data = ts_slurp(path, NULL);
+    const double want[10] = { 1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9 };
+    const char *line = strchr(data, '\n') + 1; /* after "# r" */
+    for (int i = 0; i < 10; i++) {
+        double step, loss, scale, lr;
+        cr_assert_eq(sscanf(line, "%lf\t%lf\t%lf\t%lf", &step, &loss, &scale, &lr), 4, "%s", line);
+        cr_expect(step == i && loss == want[i] && scale == 1 && lr == 0.1, "row %d: %s", i, line);
+        line = strchr(line, '\n') + 1;
+    }
+    free(data);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/r -o %s/y.png --smooth 0 2>&1", dir, dir), 2);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}

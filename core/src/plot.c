@@ -26,6 +26,7 @@ typedef struct curve {
 typedef struct plot {
     curve *c;
     size_t n, cap;
+    size_t smooth;      /* the loss is a trailing mean over this many steps (0, 1: raw) */
 } plot;
 
 static int add_run(plot *p, const char *dir, char *err, size_t errlen)
@@ -138,7 +139,8 @@ static int has_data(const plot *p, int s, int *all_positive)
 static void write_panel(FILE *f, const plot *p, int s, const char *data)
 {
     int positive, any = has_data(p, s, &positive);
-    fprintf(f, "set ylabel '%s'\n", ylabels[s]);
+    if (s == 0 && p->smooth > 1) fprintf(f, "set ylabel 'loss (mean of the last %zu steps)'\n", p->smooth);
+    else fprintf(f, "set ylabel '%s'\n", ylabels[s]);
     if (any && positive) fprintf(f, "set logscale y %d\n", s == 1 ? 2 : 10);
     else fputs("unset logscale y\n", f);
     if (s == 0) fputs("set key outside right top vertical\n", f);
@@ -236,7 +238,24 @@ static int ends_with(const char *s, const char *suffix)
     return n > m && !strcasecmp(s + n - m, suffix);
 }
 
-int mpx_plot(const char *const *paths, size_t n_paths, const char *out, char *err, size_t errlen)
+/* The loss as the mean of the last `window` finite values (the first ones over fewer). */
+static int smooth_loss(curve *c, size_t window)
+{
+    double *m = malloc((c->n ? c->n : 1) * sizeof *m), sum = 0;
+    size_t have = 0;
+    if (!m) return -1;
+    for (size_t i = 0; i < c->n; i++) {
+        double v = c->v[0][i];
+        if (isfinite(v)) sum += v, have++;
+        if (i >= window && isfinite(c->v[0][i - window])) sum -= c->v[0][i - window], have--;
+        m[i] = have ? sum / (double)have : NAN;
+    }
+    free(c->v[0]);
+    c->v[0] = m;
+    return 0;
+}
+
+int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t smooth, char *err, size_t errlen)
 {
     int png = ends_with(out, ".png");
     if (!png && !ends_with(out, ".svg")) {
@@ -250,13 +269,19 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, char *er
                  "or set MPX_GNUPLOT to its path", getenv("MPX_GNUPLOT") ? "$MPX_GNUPLOT is not executable" : "not on PATH");
         return -1;
     }
-    plot p = { NULL, 0, 0 };
+    plot p = { NULL, 0, 0, 0 };
     int rc = 0;
     for (size_t i = 0; i < n_paths && !rc; i++) rc = add_path(&p, paths[i], err, errlen);
     if (!rc && !p.n) {
         snprintf(err, errlen, "nothing to draw: every run given was skipped");
         rc = -1;
     }
+    for (size_t i = 0; !rc && smooth > 1 && i < p.n; i++)
+        if (smooth_loss(&p.c[i], smooth)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    p.smooth = smooth;
     char tmp[] = "/tmp/mpx-plot-XXXXXX", data[64], script[64], log[64];
     if (!rc && !mkdtemp(tmp)) {
         snprintf(err, errlen, "mkdtemp: %s", strerror(errno));

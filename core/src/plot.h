@@ -8,7 +8,8 @@
 
 /* `paths`: run folders, or sweep folders (their run cells that have a metrics.csv).
  * `out` ends in .svg or .png. The gnuplot program is $MPX_GNUPLOT or `gnuplot` on PATH.
- * Returns 0, or -1 with err. */
-int mpx_plot(const char *const *paths, size_t n_paths, const char *out, char *err, size_t errlen);
+ * smooth > 1 draws the loss as its trailing mean over that many steps (noisy per-step
+ * losses of small batches). Returns 0, or -1 with err. */
+int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t smooth, char *err, size_t errlen);
 
 #endif

@@ -2,7 +2,8 @@
 # Commits the study's finished cells (their records only: run.json, metrics.csv,
 # diagnostics.csv, question_scores.csv, mpx.log; .gitignore keeps checkpoints and SQuAD
 # text out), then rewrites results/bingbert-repro/matrices.md and the generated tables of
-# docs/STUDY.md from the committed records alone, and commits those. Unfinished cells stay
+# docs/STUDY.md from the committed records alone, draws each part's curves
+# (PART-curves.png), and commits those. Unfinished cells stay
 # uncommitted until they finish. From the repository root:
 #
 #   bash results/bingbert-repro/publish.sh [MPX]
@@ -28,5 +29,11 @@ git archive HEAD results docs | tar -x -C "$tmp"
 cp "$tmp/$S/matrices.md" "$S/matrices.md"
 cp "$tmp/docs/STUDY.md" docs/STUDY.md
 git add "$S/matrices.md" docs/STUDY.md
+# loss (mean of the last 100 steps), loss scale and lr of each part's committed cells
+for d in "$tmp/$S"/*/; do
+    part=$(basename "$d")
+    ls "$d"*/metrics.csv >/dev/null 2>&1 || continue
+    "$MPX" plot "$d" -o "$S/$part-curves.png" --smooth 100 >/dev/null 2>&1 && git add "$S/$part-curves.png"
+done
 git diff --cached --quiet || git commit -q -m "results/bingbert-repro: matrices and docs/STUDY.md tables regenerated from the committed records"
 git log --oneline -3
