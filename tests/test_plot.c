@@ -113,5 +113,4 @@ Test(plot, smooth_draws_the_trailing_mean)
     free(data);
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/r -o %s/y.png --smooth 0 2>&1", dir, dir), 2);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
