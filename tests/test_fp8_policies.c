@@ -56,9 +56,12 @@ static double bytes_per_param(json_t *j)
     return json_real_value(json_object_get(json_object_get(j, "memory"), "bytes_per_param"));
 }
 
+/* The tiny BERT has two layers, the first and the last, which fp8-delayed keeps in bf16
+ * by default: bf16_layers = "none" puts every GEMM in fp8. */
 Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120)
 {
-    json_t *j = trains("-s 'precision.plugin=\"fp8-delayed\"'", "fp8-delayed");
+    json_t *j = trains("-s 'precision.plugin=\"fp8-delayed\"' -s 'precision.fp8-delayed.bf16_layers=\"none\"'",
+                       "fp8-delayed");
     /* E4M3 weights 1 + E5M2 grads 1 + fp32 accumulator 4 + master 4 + Adam 8 */
     cr_expect_eq(bytes_per_param(j), 18.0, "fp8-delayed: %g bytes per parameter", bytes_per_param(j));
     cr_expect_str_eq(prec(j, "weights"), "fp8-e4m3");
@@ -82,6 +85,27 @@ Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120
     }
     cr_expect(named_weight, "the query weight's scale is recorded under its parameter name");
     cr_expect(e5m2, "backward GEMM inputs are scaled in E5M2");
+    json_decref(j);
+}
+
+/* By default (ABI 1.3 param_gemm hook) the first and last layers and the head compute in
+ * bf16, the embeddings have no GEMM; run.json lists each parameter so chosen. */
+Test(fp8, delayed_keeps_first_and_last_layers_in_bf16_by_default, .timeout = 120)
+{
+    int rc;
+    json_t *j = tiny_run("-s 'precision.plugin=\"fp8-delayed\"' -s train.max_steps=2", &rc);
+    cr_assert(j && rc == 0, "run failed (%d)", rc);
+    json_t *pg = json_object_get(json_object_get(j, "precision"), "param_gemm");
+    cr_assert(json_is_object(pg), "precision.param_gemm missing");
+    static const char *const bf16[] = { "encoder.layer.0.attention.self.query.weight",
+                                        "encoder.layer.1.output.dense.weight", "qa_outputs.weight" };
+    for (size_t i = 0; i < 3; i++) {
+        json_t *d = json_object_get(pg, bf16[i]);
+        cr_expect(d && !strcmp(json_string_value(json_array_get(d, 0)), "bf16") &&
+                  !strcmp(json_string_value(json_array_get(d, 1)), "bf16"), "%s not in bf16", bf16[i]);
+    }
+    /* two layers, both first or last: no GEMM input was scaled */
+    cr_expect_eq(json_array_size(json_object_get(json_object_get(json_object_get(j, "metrics"), "scaling"), "tensors")), 0u);
     json_decref(j);
 }
 

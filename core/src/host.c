@@ -214,6 +214,47 @@ static int host_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, floa
     return MPX_OK;
 }
 
+/* The per-parameter GEMM dtypes: the descriptor's, then the policy's param_gemm hook. */
+int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen)
+{
+    if (s->param_gemm) return 0;
+    const mpx_instance *m = &s->inst[MPX_KIND_MODEL], *p = &s->inst[MPX_KIND_PRECISION];
+    if (!m->self) { snprintf(err, errlen, "param_gemm_dtype before the model exists"); return -1; }
+    size_t n = m->rec->vt.model.n_params(m->self);
+    mpx_dtype *t = calloc(n ? 2 * n : 2, sizeof *t);
+    if (!t) { snprintf(err, errlen, "out of memory"); return -1; }
+    int layers = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mpx_param_info *pi = m->rec->vt.model.param(m->self, i);
+        if (pi->layer + 1 > layers) layers = pi->layer + 1;
+    }
+    const mpx_precision_vtable *vt = &p->rec->vt.precision;
+    int hook = p->rec->desc.abi_minor >= 3 && vt->size >= offsetof(mpx_precision_vtable, param_gemm) + sizeof(void *) &&
+               vt->param_gemm;
+    for (size_t i = 0; i < n; i++) {
+        t[2 * i] = s->prec.gemm_in;
+        t[2 * i + 1] = mpx_grad_gemm_dtype(&s->prec);
+        if (hook && vt->param_gemm((mpx_env *)&p->env.pub, m->rec->vt.model.param(m->self, i), layers, &t[2 * i], &t[2 * i + 1])) {
+            mpx_session_error(s, MPX_KIND_PRECISION, err, errlen);
+            free(t);
+            return -1;
+        }
+    }
+    s->param_gemm = t;
+    return 0;
+}
+
+static int host_param_gemm_dtype(mpx_env *env, size_t param, int backward, mpx_dtype *out)
+{
+    mpx_session *s = impl(env)->s;
+    char err[1024];
+    if (mpx_session_param_gemm(s, err, sizeof err)) return MPX_FAIL(env, "%s", err);
+    size_t n = s->inst[MPX_KIND_MODEL].rec->vt.model.n_params(s->inst[MPX_KIND_MODEL].self);
+    if (param >= n) return MPX_FAIL(env, "param_gemm_dtype: parameter %zu of %zu", param, n);
+    *out = s->param_gemm[2 * param + (backward ? 1 : 0)];
+    return MPX_OK;
+}
+
 const mpx_host mpx_core_host = {
     .abi_major = MPX_ABI_MAJOR,
     .abi_minor = MPX_ABI_MINOR,
@@ -236,4 +277,5 @@ const mpx_host mpx_core_host = {
     .format = host_format,
     .dtype_by_name = host_dtype_by_name,
     .tensor_scale = host_tensor_scale,
+    .param_gemm_dtype = host_param_gemm_dtype,
 };

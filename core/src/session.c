@@ -164,6 +164,8 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
     s->prec.size = sizeof s->prec;
     if (mpx_precision_apply_overrides(s->cfg, &s->fmts, &s->prec, err, errlen)) return -1;
     mpx_scaling_free(&s->scaling);
+    free(s->param_gemm);
+    s->param_gemm = NULL;
     mpx_scaling_init(&s->scaling, &s->prec);
     return 0;
 }
@@ -401,6 +403,7 @@ void mpx_session_close(mpx_session *s)
     free(s->allocs);
     free(s->offsets);
     mpx_scaling_free(&s->scaling);
+    free(s->param_gemm);
     free(s->pieces);
     if (s->cfg) mpx_config_free(s->cfg);
     free(s->src_keep);

@@ -44,6 +44,7 @@ struct mpx_session {
     mpx_precision_desc prec;
     mpx_format_table fmts;   /* built-in formats + the policy's (ABI 1.2) */
     mpx_scaling_state scaling; /* per-tensor scales of GEMM inputs (run state) */
+    mpx_dtype *param_gemm;   /* [n_params][2] forward/backward GEMM dtypes (ABI 1.3), built on first use */
     uint64_t seed;
 
     size_t bytes[MPX_ROLE_COUNT], peak[MPX_ROLE_COUNT];
@@ -111,6 +112,9 @@ const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t l
 /* Resolve the `precision` core keys over the policy's defaults. */
 int mpx_precision_apply_overrides(const mpx_config *cfg, const mpx_format_table *fmts, mpx_precision_desc *d,
                                   char *err, size_t errlen);
+
+/* Build s->param_gemm (ABI 1.3) once the model exists; 0 or -1 with err. */
+int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen);
 
 /* A name for the tensor at `p` (a parameter's name, or the buffer holding it). */
 void mpx_session_tensor_name(const mpx_session *s, const void *p, char *buf, size_t len);

@@ -453,6 +453,18 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
     mpx_diag_summary(&diag, metrics);
     if (s->prec.scaling != MPX_SCALING_NONE)
         json_object_set_new(metrics, "scaling", mpx_scaling_state_json(&s->scaling, &s->fmts));
+    json_t *pj = json_object_get(rec->root, "precision");
+    if (s->param_gemm && json_is_object(pj)) {   /* the policy's per-parameter choices (ABI 1.3) */
+        const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+        json_t *o = json_object();
+        for (size_t i = 0; i < s->n_params; i++) {
+            mpx_dtype f = s->param_gemm[2 * i], b = s->param_gemm[2 * i + 1];
+            if (f == s->prec.gemm_in && b == mpx_grad_gemm_dtype(&s->prec)) continue;
+            json_object_set_new(o, m->rec->vt.model.param(m->self, i)->name,
+                                json_pack("[s, s]", mpx_dtype_label(&s->fmts, f), mpx_dtype_label(&s->fmts, b)));
+        }
+        json_object_set_new(pj, "param_gemm", o);
+    }
     mpx_diag_close(&diag, s);
     mpx_lr_schedule_close(&sched);
     return rc;

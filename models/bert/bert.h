@@ -70,6 +70,7 @@ typedef struct bert {
     void *be;
     int bound;
     mpx_dtype dt_gemm_fwd, dt_gemm_bwd; /* GEMM compute dtypes; dt_gemm is the one in use */
+    mpx_dtype *pg;         /* [n_params][2] per-parameter GEMM dtypes from the host (ABI 1.3), or NULL */
     int forward_only;         /* bound with no grads (mpx eval): see bert_bind.c */
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
@@ -131,6 +132,11 @@ int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumul
 /* GEMM helpers shared by forward and backward (bert_forward.c). C = alpha op(A) op(B) + beta C
  * with the precision's GEMM compute dtype; strides for batched calls (batch = 1: plain). */
 typedef struct bert_mat { mpx_arg p; int ld; long long stride; } bert_mat;
+/* The GEMM dtype the policy chose for parameter w (forward or backward), or the default. */
+static inline mpx_dtype bert_param_gemm(const bert *m, size_t w, int backward)
+{
+    return m->pg ? m->pg[2 * w + (backward ? 1 : 0)] : backward ? m->dt_gemm_bwd : m->dt_gemm_fwd;
+}
 int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
               float beta, bert_mat c, int batch);
 static inline bert_mat bert_mat_of(mpx_arg p, int ld) { bert_mat r = { p, ld, 0 }; return r; }

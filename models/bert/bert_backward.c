@@ -213,16 +213,19 @@ static int backward_all(bert *m, const mpx_batch *batch, float loss_scale, int a
     if (batch && batch->tick != m->tick)
         return MPX_FAIL(m->env, "backward for tick %u but the last forward was tick %u", batch->tick, m->tick);
     const int acc = accumulate != 0;
+    m->dt_gemm = bert_param_gemm(m, bert_head_param(m, 0), 1);
     MPX_TRY(head_bwd(m, loss_scale, acc));
     for (int l = m->cfg.layers - 1; l >= 0; l--) {
         mpx_arg x = l ? mpx_a(m->act[l - 1].x2, m->dt_ln) : mpx_a(m->x0, m->dt_ln);
+        m->dt_gemm = bert_param_gemm(m, bert_layer_param(l, L_Q_W), 1);
         MPX_TRY(ffn_bwd(m, l, acc));
         MPX_TRY(attention_bwd(m, l, x, acc));
     }
     return embeddings_bwd(m, acc);
 }
 
-/* The backward GEMMs compute in the policy's grad_gemm_in (E5M2 for fp8 HYBRID). */
+/* The backward GEMMs compute in the policy's grad_gemm_in (E5M2 for fp8 HYBRID), or
+ * what its per-parameter choice gave each layer (backward_all sets them). */
 int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumulate)
 {
     m->dt_gemm = m->dt_gemm_bwd;

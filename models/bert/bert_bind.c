@@ -33,6 +33,21 @@ static void pick_dtypes(bert *m)
     m->dt_w = d->weights;
     m->dt_gemm = m->dt_gemm_fwd = d->gemm_in;
     m->dt_gemm_bwd = mpx_grad_gemm_dtype(d);
+    /* per-parameter choices (a policy's param_gemm hook): bert applies a layer's query
+     * weight's to all of that layer's GEMMs, and the QA head weight's to the head */
+    free(m->pg);
+    m->pg = NULL;
+    const mpx_host *h = m->env->host;
+    size_t np = m->n_params;
+    if (h->size >= offsetof(mpx_host, param_gemm_dtype) + sizeof(void *) && h->param_gemm_dtype &&
+        (m->pg = calloc(2 * np, sizeof *m->pg)) != NULL) {
+        for (size_t i = 0; i < np; i++)
+            if (h->param_gemm_dtype(m->env, i, 0, &m->pg[2 * i]) || h->param_gemm_dtype(m->env, i, 1, &m->pg[2 * i + 1])) {
+                free(m->pg);
+                m->pg = NULL;
+                break;
+            }
+    }
     m->dt_act = d->act;
     m->dt_grad = d->grads;
     m->dt_eval = d->eval_logits;
@@ -149,6 +164,8 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
 
 void bert_unbind(bert *m)
 {
+    free(m->pg);
+    m->pg = NULL;
     for (size_t i = m->n_scratch; i-- > 0;) m->env->host->release(m->env, m->scratch[i]);
     free(m->scratch);
     free(m->off);

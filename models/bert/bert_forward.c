@@ -269,11 +269,16 @@ int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out)
     m->logits_t = batch->training ? m->dt_act : m->dt_eval;
     MPX_TRY(embeddings(m));
     mpx_arg x = mpx_a(m->x0, m->dt_ln);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        MPX_TRY(encoder_layer(m, l, x));
+    int rc = 0;
+    for (int l = 0; l < m->cfg.layers && !rc; l++) {
+        m->dt_gemm = bert_param_gemm(m, bert_layer_param(l, L_Q_W), 0);
+        rc = encoder_layer(m, l, x);
         x = mpx_a(m->act[l].x2, m->dt_ln);
     }
-    MPX_TRY(qa_head(m));
+    m->dt_gemm = bert_param_gemm(m, bert_head_param(m, 0), 0);
+    if (!rc) rc = qa_head(m);
+    m->dt_gemm = m->dt_gemm_fwd;
+    MPX_TRY(rc);
     out->loss = NAN;
     if (m->has_labels) MPX_TRY(loss(m, &out->loss));
     out->n_outputs = 2;

@@ -19,7 +19,8 @@
 #include <stdint.h>
 
 #define MPX_ABI_MAJOR 1
-#define MPX_ABI_MINOR 2   /* 1.1: policies' upstream details; 1.2: number formats and scaling (mpx/formats.h) */
+#define MPX_ABI_MINOR 3   /* 1.1: policies' upstream details; 1.2: number formats and scaling (mpx/formats.h);
+                             1.3: per-parameter GEMM dtypes (precision param_gemm, host param_gemm_dtype) */
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))
@@ -210,6 +211,12 @@ struct mpx_host {
      * stable key for one tensor (the address of its first element); the host keeps its
      * amax history (delayed scaling) as run state. Scales are 1 without a recipe. */
     int (*tensor_scale)(mpx_env *env, mpx_dtype t, const void *tensor, float amax, float *scale);
+
+    /* ---- ABI 1.3 ---- */
+    /* The compute dtype of parameter `param`'s GEMMs, forward (backward = 0) or backward:
+     * the descriptor's gemm_in / backward GEMM dtype unless the policy's param_gemm hook
+     * chose another for it (e.g. bf16 for the first and last layers of an fp8 run). */
+    int (*param_gemm_dtype)(mpx_env *env, size_t param, int backward, mpx_dtype *out);
 };
 
 /* Sets the error with the caller's file and line and evaluates to MPX_ERR. */

@@ -19,6 +19,8 @@ enum {
     MPX_ISLAND_ALL = (1u << 4) - 1,
 };
 
+struct mpx_param_info;      /* mpx/model.h */
+
 /* ABI 1.2: how GEMM inputs in an 8-bit format are scaled before rounding. */
 typedef enum mpx_scaling {
     MPX_SCALING_NONE = 0,     /* rounded as they are (saturating) */
@@ -93,6 +95,13 @@ typedef struct mpx_precision_vtable {
      * converters and gives each a dtype (host->dtype_by_name) before describe() runs. */
     const mpx_format *formats;
     size_t n_formats;
+
+    /* ---- ABI 1.3 ---- */
+    /* Optional per-tensor choice: called once per model parameter (its info, and the
+     * model's number of encoder layers) with *fwd and *bwd holding the descriptor's
+     * forward and backward GEMM dtypes; may set others for that parameter's GEMMs.
+     * Models read the result through host->param_gemm_dtype. */
+    int (*param_gemm)(mpx_env *env, const struct mpx_param_info *p, int n_layers, mpx_dtype *fwd, mpx_dtype *bwd);
 } mpx_precision_vtable;
 
 #endif

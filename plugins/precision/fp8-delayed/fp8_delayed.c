@@ -18,6 +18,8 @@ static const mpx_option fp8_options[] = {
     { "amax_compute_algo", MPX_OPT_CHOICE, "\"max\"", MPX_NO_RANGE, "max|most_recent",
       "DelayedScaling.amax_compute_algo", 0 },
     { "margin", MPX_OPT_INT, "0", 0, 64, NULL, "DelayedScaling.margin: scale = (fp8_max / amax) / 2^margin", 0 },
+    { "bf16_layers", MPX_OPT_CHOICE, "\"first_last\"", MPX_NO_RANGE, "first_last|none",
+      "first_last: the first and last encoder layers and the output head compute their GEMMs in bf16", 0 },
 };
 
 static int fp8_describe(mpx_env *env, mpx_precision_desc *d)
@@ -46,6 +48,27 @@ static int fp8_describe(mpx_env *env, mpx_precision_desc *d)
     return MPX_OK;
 }
 
-MPX_POLICY_PLUGIN("fp8-delayed", "1.0.0",
-                  "Transformer Engine fp8 (HYBRID, delayed scaling): E4M3 forward / E5M2 backward GEMMs, fp32 master",
-                  fp8_describe, fp8_options, MPX_COUNT(fp8_options))
+/* The per-tensor choice (ABI 1.3): bf16 GEMMs for the first and last encoder layers and
+ * the head (embeddings have no GEMM), as fp8 recipes commonly keep them. */
+static int fp8_param_gemm(mpx_env *env, const mpx_param_info *p, int n_layers, mpx_dtype *fwd, mpx_dtype *bwd)
+{
+    const char *which = "first_last";
+    MPX_TRY(env->host->opt_string(env, "bf16_layers", &which));
+    if (strcmp(which, "first_last") != 0) return MPX_OK;
+    if (p->group == MPX_GROUP_HEAD || p->group == MPX_GROUP_EMBEDDING || p->layer == 0 || p->layer == n_layers - 1)
+        *fwd = *bwd = MPX_BF16;
+    return MPX_OK;
+}
+
+static const mpx_precision_vtable policy_vtable_ = {
+    .size = sizeof(mpx_precision_vtable), .describe = fp8_describe, .param_gemm = fp8_param_gemm,
+};
+
+static const mpx_plugin_desc policy_desc_ = {
+    MPX_DESC_HEADER, .kind = MPX_KIND_PRECISION, .name = "fp8-delayed", .version = "1.1.0",
+    .summary = "Transformer Engine fp8 (HYBRID, delayed scaling): E4M3 forward / E5M2 backward GEMMs, "
+               "bf16 first/last layers, fp32 master",
+    .options = fp8_options, .n_options = MPX_COUNT(fp8_options), .vtable = &policy_vtable_,
+};
+
+MPX_PLUGIN_ENTRY { (void)host; return &policy_desc_; }
