@@ -19,8 +19,13 @@
 #include <stdint.h>
 
 #define MPX_ABI_MAJOR 1
-#define MPX_ABI_MINOR 3   /* 1.1: policies' upstream details; 1.2: number formats and scaling (mpx/formats.h);
-                             1.3: per-parameter GEMM dtypes (precision param_gemm, host param_gemm_dtype) */
+/* Minor history (append-only additions):
+ *  1.1  policies' upstream details (mpx_precision_desc.upstream, 16-bit cross_entropy);
+ *  1.2  number formats and scaling (mpx/formats.h);
+ *  1.3  per-parameter GEMM dtypes (precision param_gemm, host param_gemm_dtype);
+ *  1.4  mpx_ops: `flags` (MPX_OPS_DEVICE_MEMORY) and `fused_update` (optimizers on
+ *       device memory), added with the cuda backend. */
+#define MPX_ABI_MINOR 4
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -12,15 +12,23 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t mpx_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float mpx_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+/* Every function here is also a CUDA device function when nvcc compiles it, so the
+ * cuda backend rounds and draws with this very code. */
+#if defined(__CUDACC__)
+#define MPX_NUM static inline __host__ __device__
+#else
+#define MPX_NUM static inline
+#endif
+
+MPX_NUM uint32_t mpx_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+MPX_NUM float mpx_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* ---- bf16 --------------------------------------------------------------------- */
 
 /* Exact: bf16 is the top half of an fp32 (NaN bits pass through unchanged). */
-static inline float mpx_bf16_to_f32(uint16_t h) { return mpx_bits_f32((uint32_t)h << 16); }
+MPX_NUM float mpx_bf16_to_f32(uint16_t h) { return mpx_bits_f32((uint32_t)h << 16); }
 
-static inline uint16_t mpx_f32_to_bf16(float f)
+MPX_NUM uint16_t mpx_f32_to_bf16(float f)
 {
     uint32_t u = mpx_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)          /* NaN: keep sign/payload, make quiet */
@@ -34,7 +42,7 @@ static inline uint16_t mpx_f32_to_bf16(float f)
 /* ---- fp16 --------------------------------------------------------------------- */
 
 /* Exact widening; a signalling NaN becomes quiet (as the F16C instruction does). */
-static inline float mpx_f16_to_f32(uint16_t h)
+MPX_NUM float mpx_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -52,13 +60,13 @@ static inline float mpx_f16_to_f32(uint16_t h)
 
 /* Magnitude bits `m` (24-bit significand with the hidden one) shifted right by `s`
  * with round to nearest even; s in [1, 31]. */
-static inline uint32_t mpx_shift_rne_(uint32_t m, unsigned s)
+MPX_NUM uint32_t mpx_shift_rne_(uint32_t m, unsigned s)
 {
     uint32_t q = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1);
     return q + (rem > half || (rem == half && (q & 1u)));
 }
 
-static inline uint16_t mpx_f32_to_f16(float f)
+MPX_NUM uint16_t mpx_f32_to_f16(float f)
 {
     uint32_t u = mpx_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -83,7 +91,7 @@ static inline uint16_t mpx_f32_to_f16(float f)
 
 typedef struct mpx_philox_out { uint32_t v[4]; } mpx_philox_out;
 
-static inline mpx_philox_out mpx_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2])
+MPX_NUM mpx_philox_out mpx_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2])
 {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
@@ -98,7 +106,7 @@ static inline mpx_philox_out mpx_philox4x32_10(const uint32_t ctr[4], const uint
 
 /* The mpx stream: key = (seed low word, seed high word); counter = (block low word,
  * block high word, site, tick) with block = element / 4; element i takes word i % 4. */
-static inline mpx_philox_out mpx_philox_block(uint64_t seed, uint32_t site, uint32_t tick,
+MPX_NUM mpx_philox_out mpx_philox_block(uint64_t seed, uint32_t site, uint32_t tick,
                                               uint64_t block)
 {
     uint32_t key[2] = { (uint32_t)seed, (uint32_t)(seed >> 32) };
@@ -107,13 +115,13 @@ static inline mpx_philox_out mpx_philox_block(uint64_t seed, uint32_t site, uint
 }
 
 /* One element's draw (callers walking many elements should reuse each block of 4). */
-static inline uint32_t mpx_philox_draw(uint64_t seed, uint32_t site, uint32_t tick, uint64_t i)
+MPX_NUM uint32_t mpx_philox_draw(uint64_t seed, uint32_t site, uint32_t tick, uint64_t i)
 {
     return mpx_philox_block(seed, site, tick, i >> 2).v[i & 3];
 }
 
 /* A draw as a uniform in [0, 1): (x >> 8) * 2^-24, exact in fp32. */
-static inline float mpx_uniform(uint32_t x) { return (float)(x >> 8) * 0x1p-24f; }
+MPX_NUM float mpx_uniform(uint32_t x) { return (float)(x >> 8) * 0x1p-24f; }
 
 /* ---- stochastic rounding -------------------------------------------------------
  * A finite value between two neighbours of the target type rounds away from zero with
@@ -124,14 +132,14 @@ static inline float mpx_uniform(uint32_t x) { return (float)(x >> 8) * 0x1p-24f;
  * round to inf, as the gap to the next power of two says. */
 
 /* Keep `q` = m >> s and round away from zero when the draw falls under the remainder. */
-static inline uint32_t mpx_shift_sr_(uint32_t m, unsigned s, uint32_t x)
+MPX_NUM uint32_t mpx_shift_sr_(uint32_t m, unsigned s, uint32_t x)
 {
     uint32_t q = m >> s, rem = m & ((1u << s) - 1u);
     uint32_t frac24 = s <= 24 ? rem << (24 - s) : rem >> (s - 24);
     return q + ((x >> 8) < frac24);
 }
 
-static inline uint16_t mpx_f32_to_bf16_sr(float f, uint32_t x)
+MPX_NUM uint16_t mpx_f32_to_bf16_sr(float f, uint32_t x)
 {
     uint32_t u = mpx_f32_bits(f);
     if ((u & 0x7fffffffu) >= 0x7f800000u)
@@ -142,7 +150,7 @@ static inline uint16_t mpx_f32_to_bf16_sr(float f, uint32_t x)
     return (uint16_t)((sign >> 16) | mpx_shift_sr_(u & 0x7fffffffu, 16, x));
 }
 
-static inline uint16_t mpx_f32_to_f16_sr(float f, uint32_t x)
+MPX_NUM uint16_t mpx_f32_to_f16_sr(float f, uint32_t x)
 {
     uint32_t u = mpx_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -164,7 +172,7 @@ static inline uint16_t mpx_f32_to_f16_sr(float f, uint32_t x)
 }
 
 /* Convenience over mpx_dtype-free code: round fp32 to a 16-bit type and back. */
-static inline float mpx_round_bf16(float f) { return mpx_bf16_to_f32(mpx_f32_to_bf16(f)); }
-static inline float mpx_round_f16(float f) { return mpx_f16_to_f32(mpx_f32_to_f16(f)); }
+MPX_NUM float mpx_round_bf16(float f) { return mpx_bf16_to_f32(mpx_f32_to_bf16(f)); }
+MPX_NUM float mpx_round_f16(float f) { return mpx_f16_to_f32(mpx_f32_to_f16(f)); }
 
 #endif

@@ -63,6 +63,45 @@ typedef enum mpx_rounding {
     MPX_ROUND_KAHAN = 2,
 } mpx_rounding;
 
+/* ---- ABI 1.3: the optimizer rules on backend memory ----
+ * One piece of one tensor, every buffer backend memory at the piece's first element.
+ * The arithmetic is the host optimizers' exactly (plugins/optimizer/): fp32 throughout,
+ * the state read widened and written back rounded to nearest even in its dtype, the
+ * fp32 update written to `update` (the host's apply_update then rounds it into the
+ * weights or master, so rounding keeps its one owner).
+ *   ADAM: L2 mode (!adam_w_mode): g += wd p;  m = b1 m + omb1 g;  v = b2 v + (omb2 g) g;
+ *         u = (m / bc1) / (sqrt(v / bc2) + eps);  adam_w_mode: u += wd p;  update = neg_lr u
+ *   SGD:  d = g + wd p (wd != 0);  momentum != 0: buf = first ? d : momentum buf + omd d,
+ *         d = nesterov ? d + momentum buf : buf;  update = neg_lr d
+ *   LAMB: m, v as ADAM;  update = m / (sqrt(v) + eps) + wd p (the raw update; the caller
+ *         scales it by the trust ratio with `scale`); norms[0] = sum p², norms[1] = sum u²
+ *         (host doubles, out). */
+typedef enum mpx_fused_rule {
+    MPX_FUSED_ADAM = 0,
+    MPX_FUSED_SGD = 1,
+    MPX_FUSED_LAMB = 2,
+} mpx_fused_rule;
+
+typedef struct mpx_fused_update {
+    uint32_t size;            /* sizeof(mpx_fused_update) as the caller knows it */
+    mpx_fused_rule rule;
+    size_t n;                 /* elements of the piece */
+    mpx_arg param;            /* fp32 master or the weights (fp32/fp16/bf16) */
+    const float *grad;        /* fp32 */
+    mpx_arg state[2];         /* fp32 or bf16; ADAM/LAMB: m, v; SGD: momentum buffer (if any) */
+    float *update;            /* fp32 out */
+    float weight_decay;
+    float b1, b2, one_minus_b1, one_minus_b2, eps;   /* ADAM, LAMB */
+    float bc1, bc2;                                  /* ADAM */
+    float neg_lr;                                    /* ADAM, SGD */
+    int adam_w_mode;                                 /* ADAM */
+    float momentum, one_minus_dampening;             /* SGD */
+    int nesterov, first_step;                        /* SGD */
+    double norms[2];                                 /* LAMB, out */
+} mpx_fused_update;
+
+#define MPX_OPS_DEVICE_MEMORY 1u
+
 typedef struct mpx_ops {
     uint32_t size;
 
@@ -151,7 +190,21 @@ typedef struct mpx_ops {
      * then stored. STOCHASTIC rounds with the Philox stream of `rng`. */
     int (*apply_update)(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
                         mpx_rounding mode, mpx_rng rng);
+
+    /* ---- ABI 1.3 (read only when `size` covers them) ---- */
+
+    /* MPX_OPS_* bits. MPX_OPS_DEVICE_MEMORY: backend memory is not host-addressable, so
+     * a plugin must not dereference backend pointers (optimizers use fused_update). */
+    uint32_t flags;
+
+    /* One optimizer piece on backend memory (see mpx_fused_update); NULL when the
+     * backend has none (its memory is then host-addressable, and optimizers use their
+     * host loops). */
+    int (*fused_update)(void *be, mpx_fused_update *f);
 } mpx_ops;
+
+/* True when the table `o` reaches field `f` (a table older than 1.3 stops before `flags`). */
+#define MPX_OPS_HAS(o, f) ((o)->size >= offsetof(mpx_ops, f) + sizeof((o)->f))
 
 /* Backend plugins (kind MPX_KIND_BACKEND) point their descriptor's vtable here. */
 typedef struct mpx_backend_vtable {

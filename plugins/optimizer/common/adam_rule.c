@@ -68,8 +68,18 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
         .bc2 = (float)optc_bias_correction(r->beta2, s->step, r->bias_correction),
         .neg_lr = (float)-s->lr,
     };
+    optc_device dev;
+    MPX_TRY(optc_device_get(env, &dev));
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
+        if (dev.on) {
+            mpx_fused_update f = optc_fused_piece(MPX_FUSED_ADAM, s, pc);
+            f.b1 = r->b1; f.b2 = r->b2; f.one_minus_b1 = r->one_minus_b1; f.one_minus_b2 = r->one_minus_b2;
+            f.eps = r->eps; f.bc1 = c.bc1; f.bc2 = c.bc2; f.neg_lr = c.neg_lr; f.adam_w_mode = r->adam_w_mode;
+            MPX_TRY(optc_fused_run(env, &dev, &f, pc));
+            MPX_TRY(env->host->apply_update(env, pc, s->update));
+            continue;
+        }
         for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
             size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
             adam_chunk(r, &c, s, pc->weight_decay, pc->offset + done, n);

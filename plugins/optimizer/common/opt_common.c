@@ -81,3 +81,39 @@ double optc_bias_correction(double beta, int64_t step, int enabled)
 {
     return enabled ? 1.0 - pow(beta, (double)step) : 1.0;
 }
+
+int optc_device_get(mpx_env *env, optc_device *d)
+{
+    d->on = 0;
+    d->be = NULL;
+    d->ops = env->host->ops(env, &d->be);
+    if (!d->ops || !MPX_OPS_HAS(d->ops, flags) || !(d->ops->flags & MPX_OPS_DEVICE_MEMORY)) return MPX_OK;
+    if (!MPX_OPS_HAS(d->ops, fused_update) || !d->ops->fused_update)
+        return MPX_FAIL(env, "the backend's memory is not host-addressable and it has no fused_update "
+                        "(ABI 1.1): this optimizer cannot run on it");
+    d->on = 1;
+    return MPX_OK;
+}
+
+mpx_fused_update optc_fused_piece(mpx_fused_rule rule, const mpx_opt_step *s, const mpx_piece *pc)
+{
+    mpx_fused_update f;
+    memset(&f, 0, sizeof f);
+    f.size = sizeof f;
+    f.rule = rule;
+    f.n = pc->len;
+    f.param = mpx_at(s->param, pc->offset);
+    f.grad = s->grad + pc->offset;
+    for (int i = 0; i < 2; i++)
+        f.state[i] = s->state[i].p ? mpx_at(s->state[i], pc->offset) : s->state[i];
+    f.update = s->update + pc->offset;
+    f.weight_decay = pc->weight_decay;
+    return f;
+}
+
+int optc_fused_run(mpx_env *env, const optc_device *d, mpx_fused_update *f, const mpx_piece *pc)
+{
+    int rc = d->ops->fused_update(d->be, f);
+    if (rc) return MPX_FAIL(env, "fused update of parameter %zu (%zu elements) failed", pc->param, pc->len);
+    return MPX_OK;
+}

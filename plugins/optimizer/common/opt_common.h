@@ -25,6 +25,27 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
  * messages with the plugin's KIND/NAME.) */
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
 
+/* ---- device memory (ABI 1.1) ----
+ * A backend whose memory is not host-addressable (flags & MPX_OPS_DEVICE_MEMORY, the
+ * cuda backend) runs each piece's rule through ops->fused_update, with the arithmetic of
+ * the host loops; the host loops stay the path for the cpu backend. */
+typedef struct optc_device {
+    int on;                /* 1: use fused_update */
+    const mpx_ops *ops;
+    void *be;
+} optc_device;
+
+/* Fills *d from the run's backend; fails when its memory is device memory but it has no
+ * fused_update. */
+int optc_device_get(mpx_env *env, optc_device *d);
+
+/* A fused_update argument for `rule` over piece pc of step s: buffers at the piece's
+ * offset, its weight decay; the rule's constants are left for the caller. */
+mpx_fused_update optc_fused_piece(mpx_fused_rule rule, const mpx_opt_step *s, const mpx_piece *pc);
+
+/* Runs f on the device, naming the parameter in an error. */
+int optc_fused_run(mpx_env *env, const optc_device *d, mpx_fused_update *f, const mpx_piece *pc);
+
 /* betas = [b1, b2] from the plugin's own `betas` option, each in [0, 1). */
 int optc_betas(mpx_env *env, double *b1, double *b2);
 

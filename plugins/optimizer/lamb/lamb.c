@@ -111,12 +111,18 @@ static int lamb_coefficients(lamb *o, mpx_env *env, const mpx_opt_step *s, const
     }
 }
 
-static int lamb_apply(mpx_env *env, const mpx_opt_step *s, float step_size, const float *coeff)
+static int lamb_apply(mpx_env *env, const optc_device *dev, const mpx_opt_step *s, float step_size,
+                      const float *coeff)
 {
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
         float scale = -step_size * coeff[k];
-        for (size_t i = 0; i < pc->len; i++) s->update[pc->offset + i] *= scale;
+        if (dev->on) {
+            if (dev->ops->scale(dev->be, mpx_a(s->update + pc->offset, MPX_F32), scale, pc->len))
+                return MPX_FAIL(env, "scaling the update of parameter %zu failed", pc->param);
+        } else {
+            for (size_t i = 0; i < pc->len; i++) s->update[pc->offset + i] *= scale;
+        }
         MPX_TRY(env->host->apply_update(env, pc, s->update));
     }
     return MPX_OK;
@@ -134,8 +140,19 @@ static int lamb_step(void *self, mpx_env *env, const mpx_opt_step *s)
         (void)MPX_FAIL(env, "out of memory for %zu pieces", s->n_pieces);
         return MPX_ERR_NOMEM;
     }
-    for (size_t k = 0; k < s->n_pieces; k++) {
+    optc_device dev;
+    int rc = optc_device_get(env, &dev);
+    for (size_t k = 0; rc == MPX_OK && k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
+        if (dev.on) {
+            mpx_fused_update f = optc_fused_piece(MPX_FUSED_LAMB, s, pc);
+            f.b1 = o->b1; f.b2 = o->b2; f.one_minus_b1 = o->one_minus_b1; f.one_minus_b2 = o->one_minus_b2;
+            f.eps = o->eps;
+            rc = optc_fused_run(env, &dev, &f, pc);
+            norms[2 * k] = f.norms[0];
+            norms[2 * k + 1] = f.norms[1];
+            continue;
+        }
         for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
             size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
             lamb_chunk(o, s, pc->weight_decay, pc->offset + done, n, &norms[2 * k], &norms[2 * k + 1]);
@@ -144,8 +161,8 @@ static int lamb_step(void *self, mpx_env *env, const mpx_opt_step *s)
     double bc1 = optc_bias_correction(o->beta1, s->step, o->bias_correction);
     double bc2 = optc_bias_correction(o->beta2, s->step, o->bias_correction);
     float step_size = (float)(s->lr * sqrt(bc2) / bc1);
-    int rc = lamb_coefficients(o, env, s, norms, coeff);
-    if (rc == MPX_OK) rc = lamb_apply(env, s, step_size, coeff);
+    if (rc == MPX_OK) rc = lamb_coefficients(o, env, s, norms, coeff);
+    if (rc == MPX_OK) rc = lamb_apply(env, &dev, s, step_size, coeff);
     free(norms);
     free(coeff);
     return rc;

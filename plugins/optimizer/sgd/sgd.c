@@ -68,8 +68,21 @@ static int sgd_step(void *self, mpx_env *env, const mpx_opt_step *s)
 {
     const sgd *o = self;
     MPX_TRY(optc_check_step(env, s, sgd_n_state(self)));
+    optc_device dev;
+    MPX_TRY(optc_device_get(env, &dev));
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
+        if (dev.on) {
+            mpx_fused_update f = optc_fused_piece(MPX_FUSED_SGD, s, pc);
+            f.neg_lr = (float)-s->lr;
+            f.momentum = o->momentum;
+            f.one_minus_dampening = o->one_minus_dampening;
+            f.nesterov = o->nesterov;
+            f.first_step = s->step == 1;
+            MPX_TRY(optc_fused_run(env, &dev, &f, pc));
+            MPX_TRY(env->host->apply_update(env, pc, s->update));
+            continue;
+        }
         for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
             size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
             sgd_chunk(o, s, pc, pc->offset + done, n);

@@ -1,0 +1,269 @@
+/* The `cuda` compute backend: descriptor, instance (device, stream, cuBLAS handle,
+ * workspaces), memory ops and the op table. The ops live in one file per group:
+ *   cuda_elementwise.cu  cast, add, axpby, scale, gelu, dropout, apply_update
+ *   cuda_gemm.c          gemm (cublasGemmEx / cublasGemmStridedBatchedEx)
+ *   cuda_rows.cu         bias_add/grad, layernorm, softmax, cross_entropy
+ *   cuda_misc.cu         embeddings, sum_squares, count_nonfinite
+ *   cuda_optim.cu        fused_update (ABI 1.1: the optimizers on device memory)
+ * Memory comes from cudaMalloc: the host counts it by role (host->alloc calls ops->alloc),
+ * so the run record shows device bytes exactly as it shows the cpu backend's. */
+#include "cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const mpx_option cuda_options[] = {
+    { .key = "device", .type = MPX_OPT_INT, .def = "-1", .min = -1, .max = 1024,
+      .help = "CUDA device index; -1 = the process's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK) modulo the device count, else 0" },
+    { .key = "tf32", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
+      .help = "let fp32 GEMMs round their inputs to TF32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off, fp32 GEMMs are full fp32" },
+};
+
+int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what)
+{
+    if (err == cudaSuccess) return MPX_OK;
+    be->env->host->error(be->env, file, line, "cuda %s: %s (%s)", what,
+                         cudaGetErrorName((cudaError_t)err), cudaGetErrorString((cudaError_t)err));
+    return MPX_ERR;
+}
+
+int cuda_check_(cuda_be *be, const char *file, int line, const char *op, const char *name,
+                mpx_arg a, size_t n)
+{
+    if (a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16) {
+        be->env->host->error(be->env, file, line, "cuda %s: %s has dtype %s; supported: fp32, fp16, bf16",
+                             op, name, mpx_dtype_name(a.t));
+        return MPX_ERR_UNSUPPORTED;
+    }
+    if (n > 0 && !a.p) {
+        be->env->host->error(be->env, file, line, "cuda %s: %s is NULL", op, name);
+        return MPX_ERR;
+    }
+    return MPX_OK;
+}
+
+void *cuda_ws(cuda_be *be, int slot, size_t bytes)
+{
+    if (bytes <= be->ws_bytes[slot] && be->ws[slot]) return be->ws[slot];
+    if (be->ws[slot]) cudaFree(be->ws[slot]);   /* synchronises: no kernel still uses it */
+    be->ws[slot] = NULL;
+    be->ws_bytes[slot] = 0;
+    size_t rounded = ((bytes ? bytes : 1) + 255) / 256 * 256;
+    cudaError_t e = cudaMalloc(&be->ws[slot], rounded);
+    if (e != cudaSuccess) {
+        be->ws[slot] = NULL;
+        (void)CUDA_FAIL(be, "cuda backend: cannot allocate a %zu-byte device workspace: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    be->ws_bytes[slot] = rounded;
+    return be->ws[slot];
+}
+
+void *cuda_hws(cuda_be *be, int slot, size_t bytes)
+{
+    if (bytes <= be->hws_bytes[slot] && be->hws[slot]) return be->hws[slot];
+    free(be->hws[slot]);
+    size_t rounded = ((bytes ? bytes : 1) + 63) / 64 * 64;
+    be->hws[slot] = malloc(rounded);
+    be->hws_bytes[slot] = be->hws[slot] ? rounded : 0;
+    if (!be->hws[slot]) (void)CUDA_FAIL(be, "cuda backend: out of memory for a %zu-byte host buffer", bytes);
+    return be->hws[slot];
+}
+
+const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_t bound,
+                                const char *op, const char *what, int slot)
+{
+    int32_t *h = cuda_hws(be, slot, n * sizeof *h);
+    if (!h) return NULL;
+    if (cuda_rt_(be, cudaMemcpyAsync(h, ids, n * sizeof *h, cudaMemcpyDeviceToHost, be->stream), __FILE__, __LINE__, op) ||
+        cuda_rt_(be, cudaStreamSynchronize(be->stream), __FILE__, __LINE__, op))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (h[i] < 0 || (size_t)h[i] >= bound) {
+            (void)CUDA_FAIL(be, "cuda %s: %s %d at position %zu is outside [0, %zu)", op, what, (int)h[i], i, bound);
+            return NULL;
+        }
+    return h;
+}
+
+/* ---- instance ---- */
+
+static void cuda_destroy(void *vbe)
+{
+    cuda_be *be = vbe;
+    if (!be) return;
+    if (be->stream) cudaStreamSynchronize(be->stream);
+    for (int i = 0; i < CUDA_WS_SLOTS; i++) if (be->ws[i]) cudaFree(be->ws[i]);
+    for (int i = 0; i < 2; i++) free(be->hws[i]);
+    if (be->blas) cublasDestroy(be->blas);
+    if (be->stream) cudaStreamDestroy(be->stream);
+    free(be);
+}
+
+static int local_rank(void)
+{
+    const char *vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK", "MPI_LOCALRANKID" };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+static int cuda_create(mpx_env *env, void **out)
+{
+    int64_t device = -1;
+    int tf32 = 0;
+    MPX_TRY(env->host->opt_int(env, "device", &device));
+    MPX_TRY(env->host->opt_bool(env, "tf32", &tf32));
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return MPX_FAIL(env, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+    if (device < 0) device = local_rank() % count;
+    if (device >= count)
+        return MPX_FAIL(env, "backend.cuda.device = %lld, but there are %d CUDA devices", (long long)device, count);
+    cuda_be *be = calloc(1, sizeof *be);
+    if (!be) {
+        (void)MPX_FAIL(env, "out of memory creating the cuda backend");
+        return MPX_ERR_NOMEM;
+    }
+    be->env = env;
+    be->device = (int)device;
+    be->tf32 = tf32;
+    struct cudaDeviceProp prop;
+    /* A blocking stream: it orders with the legacy default stream, where comm/nccl runs. */
+    if (cuda_rt_(be, cudaSetDevice(be->device), __FILE__, __LINE__, "cudaSetDevice") ||
+        cuda_rt_(be, cudaGetDeviceProperties(&prop, be->device), __FILE__, __LINE__, "cudaGetDeviceProperties") ||
+        cuda_rt_(be, cudaStreamCreate(&be->stream), __FILE__, __LINE__, "cudaStreamCreate")) {
+        cuda_destroy(be);
+        return MPX_ERR;
+    }
+    cublasStatus_t bs = cublasCreate(&be->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(be->blas, be->stream);
+    /* fp32 accumulation throughout: no reduced-precision split-K reductions */
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        (void)MPX_FAIL(env, "cuBLAS initialisation failed: %s", cublasGetStatusString(bs));
+        cuda_destroy(be);
+        return MPX_ERR;
+    }
+    int rt = 0, blas_v = 0;
+    cudaRuntimeGetVersion(&rt);
+    cublasGetVersion(be->blas, &blas_v);
+    snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s",
+             be->device, prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             rt / 1000, (rt % 1000) / 10, blas_v, tf32 ? "on" : "off");
+    *out = be;
+    return MPX_OK;
+}
+
+static const char *cuda_describe(void *vbe) { return ((cuda_be *)vbe)->line; }
+
+/* ---- memory: device memory, zero-filled ---- */
+
+static void *cuda_alloc(void *vbe, size_t bytes)
+{
+    (void)vbe;
+    void *p = NULL;
+    size_t rounded = bytes ? (bytes + 255) / 256 * 256 : 256;
+    if (cudaMalloc(&p, rounded) != cudaSuccess) return NULL;
+    if (cudaMemset(p, 0, rounded) != cudaSuccess) { cudaFree(p); return NULL; }
+    return p;
+}
+
+static void cuda_free(void *vbe, void *p) { (void)vbe; if (p) cudaFree(p); }
+
+/* Host -> device: from pageable memory the call returns once the source is staged, so
+ * the caller may reuse it. */
+static int cuda_to_device(void *vbe, void *dst, const void *src, size_t bytes)
+{
+    cuda_be *be = vbe;
+    if (!bytes) return MPX_OK;
+    if (!dst || !src) return CUDA_FAIL(be, "cuda to_device: NULL pointer for %zu bytes", bytes);
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->stream), "to_device");
+    return MPX_OK;
+}
+
+static int cuda_to_host(void *vbe, void *dst, const void *src, size_t bytes)
+{
+    cuda_be *be = vbe;
+    if (!bytes) return MPX_OK;
+    if (!dst || !src) return CUDA_FAIL(be, "cuda to_host: NULL pointer for %zu bytes", bytes);
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->stream), "to_host");
+    CUDA_SYNC(be, "to_host");
+    return MPX_OK;
+}
+
+/* memmove semantics (as the cpu backend): overlapping ranges go through a workspace. */
+static int cuda_copy(void *vbe, void *dst, const void *src, size_t bytes)
+{
+    cuda_be *be = vbe;
+    if (!bytes || dst == src) return MPX_OK;
+    if (!dst || !src) return CUDA_FAIL(be, "cuda copy: NULL pointer for %zu bytes", bytes);
+    const char *d = dst, *s = src;
+    if (d < s + bytes && s < d + bytes) {
+        void *tmp = cuda_ws(be, 6, bytes);
+        if (!tmp) return MPX_ERR_NOMEM;
+        CUDA_TRY(be, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, be->stream), "copy");
+        src = tmp;
+    }
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, be->stream), "copy");
+    return MPX_OK;
+}
+
+static int cuda_fill_zero(void *vbe, void *p, size_t bytes)
+{
+    cuda_be *be = vbe;
+    if (!bytes) return MPX_OK;
+    if (!p) return CUDA_FAIL(be, "cuda fill_zero: NULL pointer for %zu bytes", bytes);
+    CUDA_TRY(be, cudaMemsetAsync(p, 0, bytes, be->stream), "fill_zero");
+    return MPX_OK;
+}
+
+static const mpx_ops cuda_ops = {
+    .size = sizeof(mpx_ops),
+    .alloc = cuda_alloc, .free = cuda_free,
+    .to_device = cuda_to_device, .to_host = cuda_to_host, .copy = cuda_copy,
+    .fill_zero = cuda_fill_zero,
+    .cast = cuda_cast, .add = cuda_add, .axpby = cuda_axpby, .scale = cuda_scale,
+    .gemm = cuda_gemm,
+    .bias_add = cuda_bias_add, .bias_grad = cuda_bias_grad,
+    .layernorm_fwd = cuda_layernorm_fwd, .layernorm_bwd = cuda_layernorm_bwd,
+    .softmax_fwd = cuda_softmax_fwd, .softmax_bwd = cuda_softmax_bwd,
+    .gelu_fwd = cuda_gelu_fwd, .gelu_bwd = cuda_gelu_bwd,
+    .dropout_fwd = cuda_dropout_fwd, .dropout_bwd = cuda_dropout_bwd,
+    .embedding_fwd = cuda_embedding_fwd, .embedding_bwd = cuda_embedding_bwd,
+    .cross_entropy = cuda_cross_entropy,
+    .sum_squares = cuda_sum_squares, .count_nonfinite = cuda_count_nonfinite,
+    .apply_update = cuda_apply_update,
+    .flags = MPX_OPS_DEVICE_MEMORY,
+    .fused_update = cuda_fused_update,
+};
+
+static const mpx_backend_vtable cuda_vtable = {
+    .size = sizeof(mpx_backend_vtable),
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .ops = &cuda_ops,
+    .describe = cuda_describe,
+};
+
+static const mpx_plugin_desc cuda_desc = {
+    MPX_DESC_HEADER,
+    .kind = MPX_KIND_BACKEND,
+    .name = "cuda",
+    .version = "0.1.0",
+    .summary = "cuBLAS GEMMs (fp32 accumulate) and CUDA kernels over fp32/fp16/bf16 storage, the cpu backend's rounding and Philox streams",
+    .options = cuda_options,
+    .n_options = MPX_COUNT(cuda_options),
+    .vtable = &cuda_vtable,
+};
+
+MPX_PLUGIN_ENTRY
+{
+    (void)host;
+    return &cuda_desc;
+}

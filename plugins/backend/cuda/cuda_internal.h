@@ -1,0 +1,120 @@
+/* The cuda backend's private interface: the instance (device, stream, cuBLAS handle,
+ * workspaces), the error helpers, and the ops each file defines. Shared by the C files
+ * (built with cc) and the .cu files (built with nvcc), hence the extern "C".
+ *
+ * Every op runs on the instance's stream, asynchronously; an op that hands a result to
+ * the host (a loss, a norm, a count) or reads host-visible arguments (ids, labels)
+ * synchronises. Rounding contract as the cpu backend's (mpx/ops.h): fp32 inside, each
+ * output rounded once to nearest even with mpx/numerics.h's own functions (compiled as
+ * device code), and the kernels are built with --fmad=false so a * b + c is two
+ * roundings, as the cpu backend computes it. Row and column reductions follow the cpu
+ * backend's summation order (8 interleaved lanes within a row, fixed blocks of 32 rows,
+ * fixed chunks of 4096 elements), so most results agree bit for bit; exp, log, erfc
+ * differ from the cpu backend's in the last ulp. */
+#ifndef MPX_CUDA_INTERNAL_H
+#define MPX_CUDA_INTERNAL_H
+
+#include "mpx/mpx.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cpu backend's blocking, kept so reductions add in the same order. */
+#define CUDA_ROW_BLOCK 32      /* rows per column-reduction block (bias_grad, layernorm_bwd) */
+#define CUDA_SUM_CHUNK 4096    /* elements per reduction chunk (sum_squares) */
+
+#define CUDA_WS_SLOTS 7   /* 0, 1, 6: GEMM operands; 2: column partials; 3: row results; 4: plans; 5: counters */
+typedef struct cuda_be {
+    mpx_env *env;              /* for errors */
+    int device, tf32;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *ws[CUDA_WS_SLOTS];   /* device workspaces (GEMM operands, partials) */
+    size_t ws_bytes[CUDA_WS_SLOTS];
+    void *hws[2];              /* host staging (ids, partial sums) */
+    size_t hws_bytes[2];
+    char line[512];
+} cuda_be;
+
+/* Device workspace `slot` of at least `bytes` (contents undefined), NULL with the error set. */
+void *cuda_ws(cuda_be *be, int slot, size_t bytes);
+/* Host staging buffer `slot` (0 or 1) of at least `bytes`. */
+void *cuda_hws(cuda_be *be, int slot, size_t bytes);
+
+/* A CUDA runtime status (cudaError_t) to an mpx status, naming `what`. */
+int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what);
+#define CUDA_TRY(be, call, what) MPX_TRY(cuda_rt_((be), (int)(call), __FILE__, __LINE__, (what)))
+/* After a kernel launch: the launch error, if any. */
+#define CUDA_LAUNCHED(be, what) CUDA_TRY(be, cudaGetLastError(), what)
+/* Waits for the stream (before the host reads what the device wrote). */
+#define CUDA_SYNC(be, what) CUDA_TRY(be, cudaStreamSynchronize((be)->stream), what)
+
+/* As the cpu backend's: MPX_ERR_UNSUPPORTED unless fp32/fp16/bf16; MPX_ERR if n > 0 and NULL. */
+int cuda_check_(cuda_be *be, const char *file, int line, const char *op, const char *name,
+                mpx_arg a, size_t n);
+#define CUDA_CHECK(be, op, name, a, n) MPX_TRY(cuda_check_((be), __FILE__, __LINE__, (op), (name), (a), (n)))
+#define CUDA_CHECK_OPT(be, op, name, a, n) do { if ((a).p) CUDA_CHECK(be, op, name, a, n); } while (0)
+#define CUDA_FAIL(be, ...) MPX_FAIL((be)->env, __VA_ARGS__)
+
+/* Copies n int32 ids from the device and checks each is in [0, bound); `what` names
+ * them in the message. Returns the host copy (staging slot `slot`) or NULL. */
+const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_t bound,
+                                const char *op, const char *what, int slot);
+
+/* ---- kernels' host wrappers, one group per file ---- */
+/* cuda_elementwise.cu */
+int cuda_cast(void *be, mpx_arg x, mpx_arg y, size_t n);
+int cuda_add(void *be, mpx_arg a, mpx_arg b, mpx_arg y, size_t n);
+int cuda_axpby(void *be, float alpha, mpx_arg x, float beta, mpx_arg y, size_t n);
+int cuda_scale(void *be, mpx_arg x, float alpha, size_t n);
+int cuda_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n);
+int cuda_gelu_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n);
+int cuda_dropout_fwd(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng);
+int cuda_dropout_bwd(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng);
+int cuda_apply_update(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
+                      mpx_rounding mode, mpx_rng rng);
+/* GEMM operand preparation: `batch` matrices of rows x cols (leading dim ld, stride
+ * between matrices) from `src` into the compact `dst` of dtype dst_t, each value rounded
+ * to `round_to` first (MPX_F32: none); to_storage = 1 goes the other way (compact fp32
+ * C back into its storage). */
+int cuda_convert_matrix(cuda_be *be, mpx_arg src, int rows, int cols, int ld, long long stride,
+                        int batch, mpx_arg dst, mpx_dtype round_to, int to_storage);
+
+/* cuda_gemm.c */
+int cuda_gemm(void *be, const mpx_gemm *g);
+
+/* cuda_rows.cu */
+int cuda_bias_add(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
+int cuda_bias_grad(void *be, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate);
+int cuda_layernorm_fwd(void *be, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
+                       float *mean, float *rstd, size_t rows, size_t cols, float eps);
+int cuda_layernorm_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg gamma, const float *mean,
+                       const float *rstd, mpx_arg dx, mpx_arg dgamma, mpx_arg dbeta,
+                       size_t rows, size_t cols, int accumulate_dx, int accumulate_params);
+int cuda_softmax_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t batch,
+                     size_t heads, size_t rows, size_t cols, float scale);
+int cuda_softmax_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
+                     float scale);
+int cuda_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
+                       size_t cols, double *loss, mpx_arg dlogits, float dscale);
+
+/* cuda_misc.cu */
+int cuda_embedding_fwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg table,
+                       size_t table_rows, size_t dim, mpx_arg y);
+int cuda_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
+                       size_t table_rows, size_t dim);
+int cuda_sum_squares(void *be, mpx_arg x, size_t n, double *out);
+int cuda_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
+
+/* cuda_optim.cu (ABI 1.1) */
+int cuda_fused_update(void *be, mpx_fused_update *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,315 @@
+/* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax, the
+ * cross-entropy over positions. One warp per row; the row statistics add in the cpu
+ * backend's order (warp_row_sum8), the column reductions (bias_grad, dgamma, dbeta) sum
+ * blocks of CUDA_ROW_BLOCK rows into partials and then the partials in block order, as
+ * cpu_rows.c does — so, exp and log aside, the bits are the cpu backend's. */
+#include "cuda_device.cuh"
+
+#include <math.h>
+
+#define ROWS_PER_BLOCK (CUDA_THREADS / 32)
+
+static unsigned row_blocks(size_t rows)
+{
+    size_t b = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    return b ? (unsigned)(b < 65535u * 64u ? b : 65535u * 64u) : 1u;
+}
+
+#define WARP_ROWS(i, rows) \
+    for (size_t i = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32; i < (rows); \
+         i += (size_t)gridDim.x * ROWS_PER_BLOCK)
+
+/* ---- bias ---- */
+
+__global__ void k_bias_add(const void *x, mpx_dtype xt, const void *bias, mpx_dtype bt, void *y,
+                           mpx_dtype yt, size_t rows, size_t cols)
+{
+    GRID_STRIDE(i, rows * cols) dev_st(y, yt, i, dev_ld(x, xt, i) + dev_ld(bias, bt, i % cols));
+}
+
+extern "C" int cuda_bias_add(void *vbe, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "bias_add", "x", x, rows * cols);
+    CUDA_CHECK(be, "bias_add", "bias", bias, cols);
+    CUDA_CHECK(be, "bias_add", "y", y, rows * cols);
+    if (!rows || !cols) return MPX_OK;
+    k_bias_add<<<cuda_blocks(rows * cols), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, bias.p, bias.t, y.p, y.t, rows, cols);
+    CUDA_LAUNCHED(be, "bias_add");
+    return MPX_OK;
+}
+
+/* partials[blk][c] = sum over the block's rows of dy[r][c], in row order. */
+__global__ void k_col_partials(const void *dy, mpx_dtype dyt, size_t rows, size_t cols,
+                               size_t n_blocks, float *partials)
+{
+    GRID_STRIDE(i, n_blocks * cols) {
+        size_t blk = i / cols, c = i % cols, r1 = (blk + 1) * CUDA_ROW_BLOCK;
+        if (r1 > rows) r1 = rows;
+        float p = 0.0f;
+        for (size_t r = blk * CUDA_ROW_BLOCK; r < r1; r++) p += dev_ld(dy, dyt, r * cols + c);
+        partials[i] = p;
+    }
+}
+
+/* out[c] = (accumulate ? out[c] : 0) + partials[0][which][c] + partials[1][which][c] + ... */
+__global__ void k_col_reduce(const float *partials, size_t n_blocks, size_t n_vec, size_t which,
+                             size_t cols, void *out, mpx_dtype ot, int accumulate)
+{
+    GRID_STRIDE(c, cols) {
+        float acc = accumulate ? dev_ld(out, ot, c) : 0.0f;
+        for (size_t blk = 0; blk < n_blocks; blk++) acc += partials[(blk * n_vec + which) * cols + c];
+        dev_st(out, ot, c, acc);
+    }
+}
+
+static int col_reduce(cuda_be *be, const float *partials, size_t n_blocks, size_t n_vec, size_t which,
+                      size_t cols, mpx_arg out, int accumulate, const char *op)
+{
+    k_col_reduce<<<cuda_blocks(cols), CUDA_THREADS, 0, be->stream>>>(partials, n_blocks, n_vec, which, cols,
+                                                                     out.p, out.t, accumulate);
+    CUDA_LAUNCHED(be, op);
+    return MPX_OK;
+}
+
+extern "C" int cuda_bias_grad(void *vbe, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "bias_grad", "dy", dy, rows * cols);
+    CUDA_CHECK(be, "bias_grad", "dbias", dbias, cols);
+    if (!cols) return MPX_OK;
+    size_t n_blocks = (rows + CUDA_ROW_BLOCK - 1) / CUDA_ROW_BLOCK;
+    float *partials = (float *)cuda_ws(be, 2, (n_blocks ? n_blocks : 1) * cols * sizeof(float));
+    if (!partials) return MPX_ERR_NOMEM;
+    if (n_blocks) {
+        k_col_partials<<<cuda_blocks(n_blocks * cols), CUDA_THREADS, 0, be->stream>>>(dy.p, dy.t, rows, cols,
+                                                                                       n_blocks, partials);
+        CUDA_LAUNCHED(be, "bias_grad");
+    }
+    return col_reduce(be, partials, n_blocks, 1, 0, cols, dbias, accumulate, "bias_grad");
+}
+
+/* ---- layernorm ---- */
+
+__global__ void k_layernorm_fwd(const void *x, mpx_dtype xt, const void *gamma, mpx_dtype gt,
+                                const void *beta, mpx_dtype btt, void *y, mpx_dtype yt,
+                                float *mean_out, float *rstd_out, size_t rows, size_t n, float eps)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n;
+        float mean = warp_row_sum8(n, [&](size_t c) { return dev_ld(x, xt, o + c); }) / (float)n;
+        float var = warp_row_sum8(n, [&](size_t c) { float d = dev_ld(x, xt, o + c) - mean; return d * d; });
+        float rstd = 1.0f / sqrtf(var / (float)n + eps);
+        for (size_t c = lane; c < n; c += 32)
+            dev_st(y, yt, o + c, (dev_ld(x, xt, o + c) - mean) * rstd * dev_ld(gamma, gt, c) + dev_ld(beta, btt, c));
+        if (lane == 0) {
+            if (mean_out) mean_out[i] = mean;
+            if (rstd_out) rstd_out[i] = rstd;
+        }
+    }
+}
+
+extern "C" int cuda_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
+                                  float *mean, float *rstd, size_t rows, size_t cols, float eps)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "layernorm_fwd", "x", x, rows * cols);
+    CUDA_CHECK(be, "layernorm_fwd", "gamma", gamma, cols);
+    CUDA_CHECK(be, "layernorm_fwd", "beta", beta, cols);
+    CUDA_CHECK(be, "layernorm_fwd", "y", y, rows * cols);
+    if (!rows || !cols) return MPX_OK;
+    k_layernorm_fwd<<<row_blocks(rows), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, gamma.p, gamma.t, beta.p, beta.t,
+                                                                       y.p, y.t, mean, rstd, rows, cols, eps);
+    CUDA_LAUNCHED(be, "layernorm_fwd");
+    return MPX_OK;
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (cpu_rows.c). */
+__global__ void k_layernorm_bwd_dx(const void *dy, mpx_dtype dyt, const void *x, mpx_dtype xt,
+                                   const void *gamma, mpx_dtype gt, const float *mean, const float *rstd,
+                                   void *dx, mpx_dtype dxt, size_t rows, size_t n, int accumulate)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n;
+        const float mu = mean[i], rs = rstd[i];
+        auto xh = [&](size_t c) { return (dev_ld(x, xt, o + c) - mu) * rs; };
+        auto g = [&](size_t c) { return dev_ld(dy, dyt, o + c) * dev_ld(gamma, gt, c); };
+        float mg = warp_row_sum8(n, g) / (float)n;
+        float mgx = warp_row_sum8(n, [&](size_t c) { return g(c) * xh(c); }) / (float)n;
+        for (size_t c = lane; c < n; c += 32) {
+            float v = rs * (g(c) - mg - xh(c) * mgx);
+            dev_st(dx, dxt, o + c, accumulate ? dev_ld(dx, dxt, o + c) + v : v);
+        }
+    }
+}
+
+/* partials[blk][0][c] = sum dy * xhat, partials[blk][1][c] = sum dy over the block's rows. */
+__global__ void k_layernorm_bwd_partials(const void *dy, mpx_dtype dyt, const void *x, mpx_dtype xt,
+                                         const float *mean, const float *rstd, size_t rows, size_t n,
+                                         size_t n_blocks, float *partials)
+{
+    GRID_STRIDE(i, n_blocks * n) {
+        size_t blk = i / n, c = i % n, r1 = (blk + 1) * CUDA_ROW_BLOCK;
+        if (r1 > rows) r1 = rows;
+        float pg = 0.0f, pb = 0.0f;
+        for (size_t r = blk * CUDA_ROW_BLOCK; r < r1; r++) {
+            float d = dev_ld(dy, dyt, r * n + c);
+            float xh = (dev_ld(x, xt, r * n + c) - mean[r]) * rstd[r];
+            pg += d * xh;
+            pb += d;
+        }
+        partials[(blk * 2) * n + c] = pg;
+        partials[(blk * 2 + 1) * n + c] = pb;
+    }
+}
+
+extern "C" int cuda_layernorm_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg gamma, const float *mean,
+                                  const float *rstd, mpx_arg dx, mpx_arg dgamma, mpx_arg dbeta,
+                                  size_t rows, size_t cols, int accumulate_dx, int accumulate_params)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "layernorm_bwd", "dy", dy, rows * cols);
+    CUDA_CHECK(be, "layernorm_bwd", "x", x, rows * cols);
+    CUDA_CHECK(be, "layernorm_bwd", "gamma", gamma, cols);
+    CUDA_CHECK_OPT(be, "layernorm_bwd", "dx", dx, rows * cols);
+    CUDA_CHECK_OPT(be, "layernorm_bwd", "dgamma", dgamma, cols);
+    CUDA_CHECK_OPT(be, "layernorm_bwd", "dbeta", dbeta, cols);
+    if (rows && (!mean || !rstd)) return CUDA_FAIL(be, "cuda layernorm_bwd: saved mean/rstd are NULL");
+    if (!cols) return MPX_OK;
+    if (dx.p && rows) {
+        k_layernorm_bwd_dx<<<row_blocks(rows), CUDA_THREADS, 0, be->stream>>>(
+            dy.p, dy.t, x.p, x.t, gamma.p, gamma.t, mean, rstd, dx.p, dx.t, rows, cols, accumulate_dx);
+        CUDA_LAUNCHED(be, "layernorm_bwd (dx)");
+    }
+    if (!dgamma.p && !dbeta.p) return MPX_OK;
+    size_t n_blocks = (rows + CUDA_ROW_BLOCK - 1) / CUDA_ROW_BLOCK;
+    float *partials = (float *)cuda_ws(be, 2, (n_blocks ? n_blocks : 1) * 2 * cols * sizeof(float));
+    if (!partials) return MPX_ERR_NOMEM;
+    if (n_blocks) {
+        k_layernorm_bwd_partials<<<cuda_blocks(n_blocks * cols), CUDA_THREADS, 0, be->stream>>>(
+            dy.p, dy.t, x.p, x.t, mean, rstd, rows, cols, n_blocks, partials);
+        CUDA_LAUNCHED(be, "layernorm_bwd (dgamma, dbeta)");
+    }
+    if (dgamma.p) MPX_TRY(col_reduce(be, partials, n_blocks, 2, 0, cols, dgamma, accumulate_params, "layernorm_bwd"));
+    if (dbeta.p) MPX_TRY(col_reduce(be, partials, n_blocks, 2, 1, cols, dbeta, accumulate_params, "layernorm_bwd"));
+    return MPX_OK;
+}
+
+/* ---- softmax with additive mask ---- */
+
+__global__ void k_softmax_fwd(const void *x, mpx_dtype xt, const void *mask, mpx_dtype mt, void *y,
+                              mpx_dtype yt, size_t rows, size_t n, size_t heads_rows, float scale)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n, mo = (i / heads_rows) * n;
+        auto r = [&](size_t c) {
+            return scale * dev_ld(x, xt, o + c) + (mask ? dev_ld(mask, mt, mo + c) : 0.0f);
+        };
+        float mx = warp_row_max8(n, r);
+        float sum = warp_row_sum8(n, [&](size_t c) { return expf(r(c) - mx); });
+        float inv = 1.0f / sum;
+        for (size_t c = lane; c < n; c += 32) dev_st(y, yt, o + c, expf(r(c) - mx) * inv);
+    }
+}
+
+extern "C" int cuda_softmax_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t batch,
+                                size_t heads, size_t rows, size_t cols, float scale)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    size_t total = batch * heads * rows;
+    CUDA_CHECK(be, "softmax_fwd", "x", x, total * cols);
+    CUDA_CHECK(be, "softmax_fwd", "y", y, total * cols);
+    CUDA_CHECK_OPT(be, "softmax_fwd", "mask", mask, batch * cols);
+    if (!total || !cols) return MPX_OK;
+    k_softmax_fwd<<<row_blocks(total), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, mask.p, mask.t, y.p, y.t, total,
+                                                                      cols, heads * rows, scale);
+    CUDA_LAUNCHED(be, "softmax_fwd");
+    return MPX_OK;
+}
+
+__global__ void k_softmax_bwd(const void *dy, mpx_dtype dyt, const void *y, mpx_dtype yt, void *dx,
+                              mpx_dtype dxt, size_t rows, size_t n, float scale)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n;
+        float dot = warp_row_sum8(n, [&](size_t c) { return dev_ld(dy, dyt, o + c) * dev_ld(y, yt, o + c); });
+        for (size_t c = lane; c < n; c += 32)
+            dev_st(dx, dxt, o + c, scale * dev_ld(y, yt, o + c) * (dev_ld(dy, dyt, o + c) - dot));
+    }
+}
+
+extern "C" int cuda_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
+                                float scale)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "softmax_bwd", "dy", dy, n_rows * cols);
+    CUDA_CHECK(be, "softmax_bwd", "y", y, n_rows * cols);
+    CUDA_CHECK(be, "softmax_bwd", "dx", dx, n_rows * cols);
+    if (!n_rows || !cols) return MPX_OK;
+    k_softmax_bwd<<<row_blocks(n_rows), CUDA_THREADS, 0, be->stream>>>(dy.p, dy.t, y.p, y.t, dx.p, dx.t, n_rows,
+                                                                       cols, scale);
+    CUDA_LAUNCHED(be, "softmax_bwd");
+    return MPX_OK;
+}
+
+/* ---- cross-entropy over positions: one thread per row for the log-sum-exp (the cpu
+ * backend's sequential order), then one thread per element for the gradient ---- */
+
+__global__ void k_ce_rows(const void *x, mpx_dtype xt, const int32_t *labels, size_t rows, size_t n,
+                          float *lse_out, double *row_loss)
+{
+    GRID_STRIDE(i, rows) {
+        const size_t o = i * n;
+        float mx = -INFINITY, sum = 0.0f;
+        for (size_t c = 0; c < n; c++) { float v = dev_ld(x, xt, o + c); mx = v > mx ? v : mx; }
+        for (size_t c = 0; c < n; c++) sum += expf(dev_ld(x, xt, o + c) - mx);
+        float lse = mx + logf(sum);
+        lse_out[i] = lse;
+        row_loss[i] = (double)(lse - dev_ld(x, xt, o + (size_t)labels[i]));
+    }
+}
+
+__global__ void k_ce_grad(const void *x, mpx_dtype xt, const int32_t *labels, const float *lse,
+                          size_t rows, size_t n, void *dx, mpx_dtype dxt, float factor)
+{
+    GRID_STRIDE(i, rows * n) {
+        size_t r = i / n, c = i % n;
+        float v = (expf(dev_ld(x, xt, i) - lse[r]) - (c == (size_t)labels[r] ? 1.0f : 0.0f)) * factor;
+        dev_st(dx, dxt, i, v);
+    }
+}
+
+extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labels, size_t rows,
+                                  size_t cols, double *loss, mpx_arg dlogits, float dscale)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "cross_entropy", "logits", logits, rows * cols);
+    CUDA_CHECK_OPT(be, "cross_entropy", "dlogits", dlogits, rows * cols);
+    if (!loss) return CUDA_FAIL(be, "cuda cross_entropy: loss pointer is NULL");
+    if (rows && (!labels || !cols)) return CUDA_FAIL(be, "cuda cross_entropy: no labels or no columns");
+    if (!rows) { *loss = NAN; return MPX_OK; }
+    if (!cuda_ids_to_host(be, labels, rows, cols, "cross_entropy", "label", 0)) return MPX_ERR;
+    char *ws = (char *)cuda_ws(be, 3, rows * (sizeof(double) + sizeof(float)));
+    if (!ws) return MPX_ERR_NOMEM;
+    double *row_loss = (double *)ws;
+    float *lse = (float *)(ws + rows * sizeof(double));
+    k_ce_rows<<<cuda_blocks(rows), CUDA_THREADS, 0, be->stream>>>(logits.p, logits.t, labels, rows, cols, lse, row_loss);
+    CUDA_LAUNCHED(be, "cross_entropy");
+    if (dlogits.p) {
+        k_ce_grad<<<cuda_blocks(rows * cols), CUDA_THREADS, 0, be->stream>>>(
+            logits.p, logits.t, labels, lse, rows, cols, dlogits.p, dlogits.t, dscale / (float)rows);
+        CUDA_LAUNCHED(be, "cross_entropy (gradient)");
+    }
+    double *h = (double *)cuda_hws(be, 1, rows * sizeof(double));
+    if (!h) return MPX_ERR_NOMEM;
+    CUDA_TRY(be, cudaMemcpyAsync(h, row_loss, rows * sizeof(double), cudaMemcpyDeviceToHost, be->stream), "cross_entropy (loss to host)");
+    CUDA_SYNC(be, "cross_entropy");
+    double total = 0.0;     /* in row order, as the cpu backend */
+    for (size_t i = 0; i < rows; i++) total += h[i];
+    *loss = total / (double)rows;
+    return MPX_OK;
+}

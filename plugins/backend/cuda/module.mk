@@ -1,0 +1,28 @@
+# The cuda compute backend -> build/plugins/backend-cuda.so, built only where nvcc is
+# found (CUDA_HOME, default /usr/local/cuda, or nvcc on PATH). The core never links CUDA:
+# only this plugin (cudart, cuBLAS) and comm/nccl do. nvcc runs one file at a time (the
+# objects are chained order-only) and for sm_90 (H200/H100) plus PTX, which later GPUs
+# JIT-compile: CUDA_ARCH overrides, e.g. CUDA_ARCH='-gencode arch=compute_80,code=sm_80'.
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+ifneq ($(strip $(NVCC)),)
+HAVE_CUDA := 1
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# --fmad=false: a * b + c is two roundings, as the cpu backend computes it.
+NVCC_FLAGS := -std=c++17 -O3 --fmad=false $(CUDA_ARCH) -Icore/include \
+              -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
+CUDA_CFLAGS := -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+CUDA_BACKEND_SRCS := plugins/backend/cuda/cuda_backend.c plugins/backend/cuda/cuda_gemm.c
+CUDA_KERNEL_OBJS := $(addprefix $(BUILD)/obj/plugins/backend/cuda/,cuda_elementwise.o cuda_rows.o cuda_misc.o cuda_optim.o)
+$(eval $(call add_plugin,backend,cuda,$(CUDA_BACKEND_SRCS),$(CUDA_LIBS) -lcublas -lcudart -lstdc++))
+$(BUILD)/plugins/backend-cuda.so: $(CUDA_KERNEL_OBJS)
+$(BUILD)/obj/plugins/backend/cuda/%.o: EXTRA_CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/obj/plugins/backend/cuda/%.o: plugins/backend/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -MD -MF $(@:.o=.d) -c $< -o $@
+# one nvcc at a time, whatever -j says
+$(BUILD)/obj/plugins/backend/cuda/cuda_rows.o: | $(BUILD)/obj/plugins/backend/cuda/cuda_elementwise.o
+$(BUILD)/obj/plugins/backend/cuda/cuda_misc.o: | $(BUILD)/obj/plugins/backend/cuda/cuda_rows.o
+$(BUILD)/obj/plugins/backend/cuda/cuda_optim.o: | $(BUILD)/obj/plugins/backend/cuda/cuda_misc.o
+endif
