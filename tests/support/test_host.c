@@ -20,6 +20,7 @@ typedef struct th_env_impl {
     const mpx_ops *ops;
     void *be;
     const mpx_backend_vtable *bv;
+    mpx_env *benv;                /* the backend's own env (its errors) */
     mpx_arg target, comp;
     mpx_format_table fmts;        /* the core's: built-in formats (+ th_declare_formats) */
     mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
@@ -275,21 +276,39 @@ const mpx_plugin_desc *th_load(const char *path, const char **why)
     return entry(&th_host);
 }
 
-int th_use_cpu_backend(mpx_env *env, const char *backend_options)
+int th_use_backend(mpx_env *env, const char *path, const char *backend_options)
 {
     th_env_impl *e = impl(env);
     const char *why = NULL;
-    const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
-    if (!d) { snprintf(e->error, sizeof e->error, "cannot load the CPU backend: %s", why); return -1; }
+    const mpx_plugin_desc *d = th_load(path, &why);
+    if (!d) { snprintf(e->error, sizeof e->error, "cannot load %s: %s", path, why); return -1; }
     /* The backend reads its own options through a separate env. */
-    mpx_env *benv = th_env(backend_options ? backend_options : "threads = 0;", NULL, &e->prec);
+    mpx_env *benv = th_env(backend_options, NULL, &e->prec);
     impl(benv)->owner = e;
     e->benv = benv;
     e->bv = d->vtable;
     if (e->bv->create(benv, &e->be) != 0) {
-        snprintf(e->error, sizeof e->error, "CPU backend create failed: %s", th_error(benv));
+        snprintf(e->error, sizeof e->error, "%s: create failed: %s", path, th_error(benv));
+        e->be = NULL;
         return -1;
     }
     e->ops = e->bv->ops;
     return 0; /* benv lives as long as env: the backend keeps it for its errors */
+}
+
+int th_use_cpu_backend(mpx_env *env, const char *backend_options)
+{
+    return th_use_backend(env, "build/plugins/backend-cpu.so", backend_options ? backend_options : "threads = 0;");
+}
+
+const mpx_ops *th_ops_of(mpx_env *env, void **be) { return th_ops(env, be); }
+
+mpx_env *th_backend_env(mpx_env *env) { return impl(env)->benv ? impl(env)->benv : env; }
+
+void th_share_backend(mpx_env *env, mpx_env *from)
+{
+    th_env_impl *e = impl(env), *f = impl(from);
+    e->ops = f->ops;
+    e->be = f->be;
+    e->benv = f->benv;   /* bv stays NULL: `from` owns (and destroys) the instance */
 }

@@ -26,6 +26,20 @@ const mpx_plugin_desc *th_load(const char *path, const char **why);
  * host->alloc; returns 0 on success. */
 int th_use_cpu_backend(mpx_env *env, const char *backend_options);
 
+/* Make env use the backend plugin at `path`, created with `backend_options` (libconfig
+ * text); returns 0, or -1 with the reason (the backend's own message) in th_error(env). */
+int th_use_backend(mpx_env *env, const char *path, const char *backend_options);
+
+/* The env's backend op table and instance (NULL until a backend is set). */
+const mpx_ops *th_ops_of(mpx_env *env, void **be);
+
+/* The env the backend was created with, where its error messages land (env itself
+ * before a backend is set). */
+mpx_env *th_backend_env(mpx_env *env);
+
+/* Makes env use the backend instance of `from` (which keeps owning it). */
+void th_share_backend(mpx_env *env, mpx_env *from);
+
 /* What host->apply_update writes to: the step's flat param buffer (and the Kahan
  * compensation buffer, same indexing; comp.p NULL if none). */
 void th_set_update_target(mpx_env *env, mpx_arg target, mpx_arg comp);

@@ -26,3 +26,13 @@ $(BUILD)/obj/plugins/backend/cuda/cuda_rows.o: | $(BUILD)/obj/plugins/backend/cu
 $(BUILD)/obj/plugins/backend/cuda/cuda_misc.o: | $(BUILD)/obj/plugins/backend/cuda/cuda_rows.o
 $(BUILD)/obj/plugins/backend/cuda/cuda_optim.o: | $(BUILD)/obj/plugins/backend/cuda/cuda_misc.o
 endif
+
+# Tests: built everywhere (they load the plugin at run time) and skipped, visibly,
+# without the plugin or a device.
+CUDA_TEST_COMMON := tests/test_cuda_common.c $(TEST_SUPPORT)
+$(eval $(call add_test,test_cuda_ops,tests/test_cuda_ops.c $(CUDA_TEST_COMMON)))
+$(BUILD)/obj/tests/test_cuda_%.o: EXTRA_CFLAGS += -Itests/support
+$(BUILD)/tests/test_cuda_ops: $(BUILD)/plugins/backend-cpu.so
+$(eval $(call add_test,test_cuda_optim,tests/test_cuda_optim.c $(CUDA_TEST_COMMON)))
+$(BUILD)/tests/test_cuda_optim: $(BUILD)/plugins/backend-cpu.so $(addprefix $(BUILD)/plugins/optimizer-,adam.so adamw.so sgd.so lamb.so)
+$(eval $(call add_test,test_cuda_bert,tests/test_cuda_bert.c $(CUDA_TEST_COMMON) $(TEST_SHELL),))

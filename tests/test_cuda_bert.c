@@ -1,0 +1,79 @@
+/* A tiny-BERT training run per precision policy on the cuda backend against the same run
+ * on the cpu backend (configs/tiny_squad.cfg, 4 steps, dropout on — the same Philox
+ * masks on both): the loss of every step within a relative tolerance per policy (fp32
+ * 1e-4; the 16-bit policies 2e-2, where one GEMM summed in another order may flip a
+ * rounding that later steps carry), the same skipped steps (fp16-scaled's scaler), the
+ * same loss-scale column. Skips without a device. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+#include "support/test_host.h"
+#include "test_cuda_common.h"
+
+#define STEPS 4
+
+typedef struct row { double loss, scale; int skipped; } row;
+
+/* step, loss, lr, grad_norm (empty on a skipped step), loss_scale, skipped, ... */
+static int read_rows(const char *dir, row *r, int cap)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    char *text = ts_slurp(path, NULL);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        if (line[0] < '0' || line[0] > '9') continue;   /* the header */
+        double f[6] = { 0 };
+        char *q = line;
+        for (int k = 0; k < 6 && q; k++) {
+            f[k] = *q == ',' ? NAN : strtod(q, NULL);
+            q = strchr(q, ',');
+            if (q) q++;
+        }
+        r[n++] = (row){ f[1], f[4], (int)f[5] };
+    }
+    free(text);
+    return n;
+}
+
+static void run_policy(const char *policy, double tol)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);   /* skips without a device */
+    cuda_pair_close(&p);
+    char *tmp = ts_tmpdir("cuda-bert");
+    row r[2][STEPS];
+    /* the harness self-check (test_cuda_common.h) runs the cpu backend on both sides */
+    const char *self_check = getenv("MPX_TEST_DEVICE_SO");
+    const char *be[2] = { "cpu", self_check && *self_check ? "cpu" : "cuda" };
+    for (int s = 0; s < 2; s++) {
+        char out[4096];
+        int rc = ts_sh(out, sizeof out,
+                       "build/bin/mpx run configs/tiny_squad.cfg -s train.max_steps=%d -s 'precision.plugin=\"%s\"' "
+                       "-s 'backend.plugin=\"%s\"' --out %s/side%d 2>&1",
+                       STEPS, policy, be[s], tmp, s);
+        cr_assert_eq(rc, 0, "%s on %s: %s", policy, be[s], out);
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/side%d", tmp, s);
+        cr_assert_eq(read_rows(dir, r[s], STEPS), STEPS, "%s on %s: %d metrics rows expected", policy, be[s], STEPS);
+    }
+    for (int i = 0; i < STEPS; i++) {
+        double rel = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss);
+        cr_expect(rel <= tol, "%s step %d: loss cpu %.9g cuda %.9g (relative %.3g > %.3g)", policy, i, r[0][i].loss,
+                  r[1][i].loss, rel, tol);
+        cr_expect_eq(r[1][i].skipped, r[0][i].skipped, "%s step %d: skipped", policy, i);
+        cr_expect_eq(r[1][i].scale, r[0][i].scale, "%s step %d: loss scale", policy, i);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", tmp);
+    free(tmp);
+}
+
+Test(cuda_bert, fp32_step_matches_cpu, .timeout = 120) { run_policy("fp32", 1e-4); }
+Test(cuda_bert, amp_step_matches_cpu, .timeout = 120) { run_policy("amp", 2e-2); }
+Test(cuda_bert, fp16_scaled_step_matches_cpu, .timeout = 120) { run_policy("fp16-scaled", 2e-2); }
+Test(cuda_bert, bf16_master_step_matches_cpu, .timeout = 120) { run_policy("bf16-master", 2e-2); }
+Test(cuda_bert, pure_bf16_step_matches_cpu, .timeout = 120) { run_policy("pure-bf16", 2e-2); }

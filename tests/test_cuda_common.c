@@ -1,0 +1,178 @@
+#include "test_cuda_common.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/test_host.h"
+
+#define CUDA_SO "build/plugins/backend-cuda.so"
+
+void cuda_pair_open(cuda_pair *p, const char *cuda_options)
+{
+    memset(p, 0, sizeof *p);
+    /* MPX_TEST_DEVICE_SO=build/plugins/backend-cpu.so checks the harness itself without a
+     * device: the cpu backend against itself (every error must then be 0). */
+    const char *so = getenv("MPX_TEST_DEVICE_SO");
+    int self_check = so && *so;
+    if (!self_check) so = CUDA_SO;
+    if (access(so, R_OK) != 0)
+        cr_skip_test("no CUDA device checks: %s was not built (no nvcc)", so);
+    for (int s = 0; s < 2; s++) p->side[s].env = th_env(NULL, NULL, NULL);
+    cr_assert_eq(th_use_cpu_backend(p->side[0].env, "threads = 1;"), 0, "%s", th_error(p->side[0].env));
+    if (self_check) cuda_options = "threads = 2;";
+    if (th_use_backend(p->side[1].env, so, cuda_options ? cuda_options : "device = -1; tf32 = false;")) {
+        const char *why = th_error(p->side[1].env);
+        if (strstr(why, "no CUDA device")) cr_skip_test("no CUDA device: %s", why);
+        cr_assert_fail("cuda backend: %s", why);
+    }
+    for (int s = 0; s < 2; s++) p->side[s].ops = th_ops_of(p->side[s].env, &p->side[s].be);
+}
+
+void cuda_pair_close(cuda_pair *p)
+{
+    for (int s = 0; s < 2; s++) if (p->side[s].env) th_env_free(p->side[s].env);
+}
+
+static mpx_arg side_alloc(cuda_side *sd, mpx_dtype t, size_t n)
+{
+    void *q = sd->ops->alloc(sd->be, (n ? n : 1) * mpx_dtype_size(t));
+    cr_assert_not_null(q, "alloc of %zu %s elements", n, mpx_dtype_name(t));
+    return mpx_a(q, t);
+}
+
+static void upload(cuda_pair *p, pbuf *b, const void *host)
+{
+    for (int s = 0; s < 2; s++) {
+        cuda_side *sd = &p->side[s];
+        cr_assert_eq(sd->ops->to_device(sd->be, b->a[s].p, host, b->n * mpx_dtype_size(b->a[s].t)), 0, "to_device");
+    }
+}
+
+static void *host_of(mpx_dtype t, const float *v, size_t n)
+{
+    void *h = malloc((n ? n : 1) * mpx_dtype_size(t));
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) {
+        if (t == MPX_F32) ((float *)h)[i] = v[i];
+        else if (t == MPX_BF16) ((uint16_t *)h)[i] = mpx_f32_to_bf16(v[i]);
+        else ((uint16_t *)h)[i] = mpx_f32_to_f16(v[i]);
+    }
+    return h;
+}
+
+pbuf pb_random(cuda_pair *p, mpx_dtype t, size_t n, uint64_t seed, float lo, float hi)
+{
+    pbuf b = { { side_alloc(&p->side[0], t, n), side_alloc(&p->side[1], t, n) }, n };
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    cr_assert_not_null(v);
+    for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * mpx_uniform(mpx_philox_draw(seed, 99, 1, i));
+    void *h = host_of(t, v, n);
+    upload(p, &b, h);
+    free(h);
+    free(v);
+    return b;
+}
+
+pbuf pb_zero(cuda_pair *p, mpx_dtype t, size_t n)
+{
+    pbuf b = { { side_alloc(&p->side[0], t, n), side_alloc(&p->side[1], t, n) }, n };
+    return b;
+}
+
+pbuf pb_ints(cuda_pair *p, const int32_t *v, size_t n)
+{
+    pbuf b = { { side_alloc(&p->side[0], MPX_I32, n), side_alloc(&p->side[1], MPX_I32, n) }, n };
+    upload(p, &b, v);
+    return b;
+}
+
+void pb_poke(cuda_pair *p, pbuf *b, size_t i, float v)
+{
+    void *h = host_of(b->a[0].t, &v, 1);
+    size_t sz = mpx_dtype_size(b->a[0].t);
+    for (int s = 0; s < 2; s++)
+        cr_assert_eq(p->side[s].ops->to_device(p->side[s].be, (char *)b->a[s].p + i * sz, h, sz), 0);
+    free(h);
+}
+
+void pb_free(cuda_pair *p, pbuf *b)
+{
+    for (int s = 0; s < 2; s++) p->side[s].ops->free(p->side[s].be, b->a[s].p);
+}
+
+static double widen(mpx_dtype t, const void *h, size_t i)
+{
+    switch (t) {
+    case MPX_F32: return ((const float *)h)[i];
+    case MPX_BF16: return mpx_bf16_to_f32(((const uint16_t *)h)[i]);
+    case MPX_F16: return mpx_f16_to_f32(((const uint16_t *)h)[i]);
+    case MPX_I32: return ((const int32_t *)h)[i];
+    default: return NAN;
+    }
+}
+
+static void *fetch_raw(cuda_pair *p, const pbuf *b, int s)
+{
+    size_t bytes = (b->n ? b->n : 1) * mpx_dtype_size(b->a[s].t);
+    void *h = malloc(bytes);
+    cr_assert_not_null(h);
+    cr_assert_eq(p->side[s].ops->to_host(p->side[s].be, h, b->a[s].p, b->n * mpx_dtype_size(b->a[s].t)), 0,
+                 "to_host on %s: %s", s ? "cuda" : "cpu", th_error(th_backend_env(p->side[s].env)));
+    return h;
+}
+
+double *pb_fetch(cuda_pair *p, const pbuf *b)
+{
+    double *out = malloc(2 * (b->n ? b->n : 1) * sizeof *out);
+    cr_assert_not_null(out);
+    for (int s = 0; s < 2; s++) {
+        void *h = fetch_raw(p, b, s);
+        for (size_t i = 0; i < b->n; i++) out[(size_t)s * b->n + i] = widen(b->a[s].t, h, i);
+        free(h);
+    }
+    return out;
+}
+
+double pb_nmse(cuda_pair *p, const pbuf *b)
+{
+    double *v = pb_fetch(p, b), num = 0.0, den = 0.0;
+    for (size_t i = 0; i < b->n; i++) {
+        double c = v[i], d = v[b->n + i];
+        if (!isfinite(c) || !isfinite(d)) {
+            if (!(isnan(c) && isnan(d)) && c != d) { free(v); return INFINITY; }
+            continue;
+        }
+        num += (d - c) * (d - c);
+        den += c * c;
+    }
+    free(v);
+    if (num == 0.0) return 0.0;
+    return den > 0.0 ? num / den : INFINITY;
+}
+
+double nmse_bound(mpx_dtype t) { return t == MPX_F32 ? 1e-9 : t == MPX_F16 ? 1e-6 : 1e-5; }
+
+double expect_close(cuda_pair *p, const pbuf *b, const char *what)
+{
+    double e = pb_nmse(p, b), bound = nmse_bound(b->a[0].t);
+    cr_expect(e <= bound, "%s (%s, %zu elements): normalised error %.3g > %.3g", what, mpx_dtype_name(b->a[0].t),
+              b->n, e, bound);
+    return e;
+}
+
+void expect_bits(cuda_pair *p, const pbuf *b, const char *what)
+{
+    unsigned char *c = fetch_raw(p, b, 0), *d = fetch_raw(p, b, 1);
+    size_t sz = mpx_dtype_size(b->a[0].t);
+    for (size_t i = 0; i < b->n; i++)
+        if (memcmp(c + i * sz, d + i * sz, sz) != 0) {
+            cr_expect(0, "%s (%s): element %zu of %zu differs: cpu %.9g, cuda %.9g", what, mpx_dtype_name(b->a[0].t), i,
+                      b->n, widen(b->a[0].t, c, i), widen(b->a[0].t, d, i));
+            break;
+        }
+    free(c);
+    free(d);
+}

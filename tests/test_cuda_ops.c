@@ -1,0 +1,315 @@
+/* The cuda backend op by op against the cpu backend on the same inputs, as ggml's
+ * test-backend-ops: every op of mpx_ops in every storage dtype (fp32, fp16, bf16, and
+ * the mixed cases the model uses), a normalised error per output under a bound per
+ * dtype (test_cuda_common.h), the Philox ops (dropout, stochastic rounding) bit for bit,
+ * at stream offsets that do not start on a Philox block. Skips without a device. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/test_host.h"
+#include "test_cuda_common.h"
+
+static const mpx_dtype T3[3] = { MPX_F32, MPX_F16, MPX_BF16 };
+#define N 5003   /* not a multiple of the block sizes */
+
+Test(cuda_memory, zeroed_round_trip_and_overlapping_copy)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    pbuf z = pb_zero(&p, MPX_F32, 1000);
+    double *v = pb_fetch(&p, &z);
+    for (size_t i = 0; i < 1000; i++) cr_expect_eq(v[1000 + i], 0.0, "alloc is zero-filled at %zu", i);
+    free(v);
+    pbuf r = pb_random(&p, MPX_F32, 1000, 1, -2, 2);
+    /* memmove semantics: shift by 10 elements inside one buffer */
+    ON_BOTH(&p, O->copy(BE, (float *)A(r).p + 10, A(r).p, 500 * sizeof(float)));
+    expect_bits(&p, &r, "overlapping copy");
+    ON_BOTH(&p, O->fill_zero(BE, (float *)A(r).p + 3, 7 * sizeof(float)));
+    expect_bits(&p, &r, "fill_zero");
+    pb_free(&p, &z);
+    pb_free(&p, &r);
+    cuda_pair_close(&p);
+}
+
+Test(cuda_elementwise, cast_every_pair_bitwise)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 3; o++) {
+            pbuf x = pb_random(&p, T3[i], N, 10 + (uint64_t)i, -70000, 70000), y = pb_zero(&p, T3[o], N);
+            pb_poke(&p, &x, 0, NAN);
+            pb_poke(&p, &x, 1, 1e-7f);   /* an fp16 subnormal */
+            ON_BOTH(&p, O->cast(BE, A(x), A(y), N));
+            expect_bits(&p, &y, "cast");   /* RNE conversions are exact on both */
+            pb_free(&p, &x);
+            pb_free(&p, &y);
+        }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_elementwise, add_axpby_scale_gelu)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    for (int i = 0; i < 3; i++) {
+        mpx_dtype t = T3[i];
+        pbuf a = pb_random(&p, t, N, 20, -3, 3), b = pb_random(&p, MPX_F32, N, 21, -3, 3), y = pb_zero(&p, t, N);
+        ON_BOTH(&p, O->add(BE, A(a), A(b), A(y), N));
+        expect_close(&p, &y, "add");
+        ON_BOTH(&p, O->axpby(BE, 0.75f, A(b), -1.5f, A(y), N));
+        expect_close(&p, &y, "axpby");
+        ON_BOTH(&p, O->axpby(BE, 2.0f, A(a), 0.0f, A(y), N));
+        expect_close(&p, &y, "axpby beta 0");
+        ON_BOTH(&p, O->scale(BE, A(y), 1.0f / 3.0f, N));
+        expect_close(&p, &y, "scale");
+        ON_BOTH(&p, O->gelu_fwd(BE, A(a), A(y), N));
+        expect_close(&p, &y, "gelu_fwd");
+        ON_BOTH(&p, O->gelu_bwd(BE, A(b), A(a), A(y), N));
+        expect_close(&p, &y, "gelu_bwd");
+        pb_free(&p, &a);
+        pb_free(&p, &b);
+        pb_free(&p, &y);
+    }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_philox, dropout_draws_the_cpu_numbers_bitwise)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const float probs[4] = { 0.0f, 0.1f, 0.5f, 1.0f };
+    const uint64_t offsets[3] = { 0, 3, 4097 };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            for (int o = 0; o < 3; o++) {
+                mpx_rng rng = { 0x123456789abcdefull, 7, 5, offsets[o] };
+                pbuf x = pb_random(&p, T3[i], N, 30, -2, 2), y = pb_zero(&p, T3[i], N), dx = pb_zero(&p, T3[i], N);
+                ON_BOTH(&p, O->dropout_fwd(BE, A(x), A(y), N, probs[k], rng));
+                expect_bits(&p, &y, "dropout_fwd");
+                ON_BOTH(&p, O->dropout_bwd(BE, A(x), A(dx), N, probs[k], rng));
+                expect_bits(&p, &dx, "dropout_bwd");
+                pb_free(&p, &x);
+                pb_free(&p, &y);
+                pb_free(&p, &dx);
+            }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_philox, apply_update_nearest_stochastic_kahan)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const mpx_rounding modes[3] = { MPX_ROUND_NEAREST, MPX_ROUND_STOCHASTIC, MPX_ROUND_KAHAN };
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < 3; m++) {
+            mpx_rng rng = { 42, 3, 9, 5 };
+            pbuf w = pb_random(&p, T3[i], N, 40, -1, 1), u = pb_random(&p, MPX_F32, N, 41, -1e-3f, 1e-3f);
+            pbuf c = pb_random(&p, T3[i], N, 42, -1e-4f, 1e-4f);
+            for (int rep = 0; rep < 3; rep++)
+                ON_BOTH(&p, O->apply_update(BE, A(w), A(c), (const float *)A(u).p, N, modes[m], rng));
+            expect_bits(&p, &w, modes[m] == MPX_ROUND_STOCHASTIC ? "apply_update stochastic" : "apply_update");
+            if (modes[m] == MPX_ROUND_KAHAN) expect_bits(&p, &c, "apply_update kahan compensation");
+            pb_free(&p, &w);
+            pb_free(&p, &u);
+            pb_free(&p, &c);
+        }
+    cuda_pair_close(&p);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gcase { int ta, tb, m, n, k, batch; float alpha, beta; } gcase;
+
+static void run_gemm(cuda_pair *p, const gcase *c, mpx_dtype da, mpx_dtype db, mpx_dtype dc, mpx_dtype comp)
+{
+    int ra = c->ta ? c->k : c->m, ca = c->ta ? c->m : c->k, rb = c->tb ? c->n : c->k, cb = c->tb ? c->k : c->n;
+    /* padded leading dimensions, and a gap between batch items */
+    int lda = ca + 3, ldb = cb + 1, ldc = c->n + 2;
+    long long sa = (long long)ra * lda + 5, sb = (long long)rb * ldb + 7, sc = (long long)c->m * ldc + 1;
+    size_t na = (size_t)(sa * c->batch), nb = (size_t)(sb * c->batch), nc = (size_t)(sc * c->batch);
+    pbuf A_ = pb_random(p, da, na, 50, -1, 1), B_ = pb_random(p, db, nb, 51, -1, 1), C_ = pb_random(p, dc, nc, 52, -1, 1);
+    mpx_gemm g[2];
+    for (int s = 0; s < 2; s++)
+        g[s] = (mpx_gemm){ .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k, .alpha = c->alpha,
+                           .beta = c->beta, .a = A_.a[s], .lda = lda, .stride_a = sa, .b = B_.a[s], .ldb = ldb,
+                           .stride_b = sb, .c = C_.a[s], .ldc = ldc, .stride_c = sc, .batch = c->batch,
+                           .compute = comp };
+    ON_BOTH(p, O->gemm(BE, &g[s_]));
+    char what[160];
+    snprintf(what, sizeof what, "gemm %s%s %dx%dx%d batch %d beta %g, %s x %s -> %s, compute %s", c->ta ? "T" : "N",
+             c->tb ? "T" : "N", c->m, c->n, c->k, c->batch, (double)c->beta, mpx_dtype_name(da), mpx_dtype_name(db),
+             mpx_dtype_name(dc), mpx_dtype_name(comp));
+    /* the error of a dot product over k grows with k; the bound is per output dtype */
+    double e = pb_nmse(p, &C_), bound = dc == MPX_F32 && comp == MPX_F32 ? 1e-9 : nmse_bound(dc == MPX_F32 ? comp : dc);
+    cr_expect(e <= bound, "%s: normalised error %.3g > %.3g", what, e, bound);
+    pb_free(p, &A_);
+    pb_free(p, &B_);
+    pb_free(p, &C_);
+}
+
+Test(cuda_gemm, every_transpose_dtype_and_compute, .timeout = 120)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const gcase shapes[3] = { { 0, 0, 33, 17, 65, 1, 1.0f, 0.0f }, { 0, 0, 96, 80, 128, 3, 0.5f, 1.0f },
+                              { 0, 0, 1, 129, 7, 2, 1.0f, -0.25f } };
+    for (int sh = 0; sh < 3; sh++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                gcase c = shapes[sh];
+                c.ta = ta;
+                c.tb = tb;
+                for (int ci = 0; ci < 3; ci++) {
+                    mpx_dtype comp = T3[ci];
+                    run_gemm(&p, &c, comp, comp, comp, comp);       /* all in the compute dtype */
+                    run_gemm(&p, &c, comp, comp, MPX_F32, comp);    /* fp32 out */
+                    run_gemm(&p, &c, MPX_F32, comp, comp, comp);    /* autocast: fp32 weight, 16-bit GEMM */
+                }
+                run_gemm(&p, &c, MPX_F32, MPX_F32, MPX_BF16, MPX_F32);  /* fp32 inputs into a 16-bit C */
+                run_gemm(&p, &c, MPX_F16, MPX_F16, MPX_BF16, MPX_F16);  /* C neither compute nor fp32 */
+                run_gemm(&p, &c, MPX_BF16, MPX_BF16, MPX_F16, MPX_F16); /* inputs rounded to another 16-bit type */
+            }
+    cuda_pair_close(&p);
+}
+
+/* ---- rows ---- */
+
+Test(cuda_rows, bias_layernorm_softmax_every_dtype)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const size_t rows = 77, cols = 203;
+    for (int i = 0; i < 3; i++) {
+        mpx_dtype t = T3[i];
+        pbuf x = pb_random(&p, t, rows * cols, 60, -3, 3), bias = pb_random(&p, t, cols, 61, -1, 1);
+        pbuf y = pb_zero(&p, t, rows * cols), db = pb_random(&p, t, cols, 62, -1, 1);
+        ON_BOTH(&p, O->bias_add(BE, A(x), A(bias), A(y), rows, cols));
+        expect_close(&p, &y, "bias_add");
+        ON_BOTH(&p, O->bias_grad(BE, A(x), A(db), rows, cols, 1));
+        expect_close(&p, &db, "bias_grad accumulate");
+        ON_BOTH(&p, O->bias_grad(BE, A(x), A(db), rows, cols, 0));
+        expect_close(&p, &db, "bias_grad");
+
+        pbuf g = pb_random(&p, t, cols, 63, 0.5f, 1.5f), be = pb_random(&p, t, cols, 64, -0.5f, 0.5f);
+        pbuf mean = pb_zero(&p, MPX_F32, rows), rstd = pb_zero(&p, MPX_F32, rows);
+        ON_BOTH(&p, O->layernorm_fwd(BE, A(x), A(g), A(be), A(y), (float *)A(mean).p, (float *)A(rstd).p, rows, cols, 1e-12f));
+        expect_close(&p, &y, "layernorm_fwd");
+        expect_close(&p, &mean, "layernorm_fwd mean");
+        expect_close(&p, &rstd, "layernorm_fwd rstd");
+        pbuf dy = pb_random(&p, t, rows * cols, 65, -1, 1), dx = pb_random(&p, t, rows * cols, 66, -1, 1);
+        pbuf dg = pb_random(&p, t, cols, 67, -1, 1), dbt = pb_random(&p, t, cols, 68, -1, 1);
+        for (int acc = 0; acc < 2; acc++) {
+            ON_BOTH(&p, O->layernorm_bwd(BE, A(dy), A(x), A(g), (const float *)A(mean).p, (const float *)A(rstd).p,
+                                         A(dx), A(dg), A(dbt), rows, cols, acc, !acc));
+            expect_close(&p, &dx, "layernorm_bwd dx");
+            expect_close(&p, &dg, "layernorm_bwd dgamma");
+            expect_close(&p, &dbt, "layernorm_bwd dbeta");
+        }
+
+        /* softmax: batch 3, heads 2, rows 7, cols 203, a mask per batch item */
+        const size_t B = 3, H = 2, R = 7, total = B * H * R;
+        pbuf sx = pb_random(&p, t, total * cols, 69, -8, 8), sy = pb_zero(&p, t, total * cols);
+        pbuf mask = pb_random(&p, MPX_F32, B * cols, 70, -10000, 0), sdx = pb_zero(&p, t, total * cols);
+        pbuf sdy = pb_random(&p, t, total * cols, 71, -1, 1);
+        ON_BOTH(&p, O->softmax_fwd(BE, A(sx), A(mask), A(sy), B, H, R, cols, 0.125f));
+        expect_close(&p, &sy, "softmax_fwd masked");
+        ON_BOTH(&p, O->softmax_bwd(BE, A(sdy), A(sy), A(sdx), total, cols, 0.125f));
+        expect_close(&p, &sdx, "softmax_bwd");
+        ON_BOTH(&p, O->softmax_fwd(BE, A(sx), mpx_a(NULL, MPX_F32), A(sy), B, H, R, cols, 1.0f));
+        expect_close(&p, &sy, "softmax_fwd unmasked");
+        pbuf *all[] = { &x, &bias, &y, &db, &g, &be, &mean, &rstd, &dy, &dx, &dg, &dbt, &sx, &sy, &mask, &sdx, &sdy };
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) pb_free(&p, all[k]);
+    }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_rows, cross_entropy_loss_and_gradient)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const size_t rows = 24, cols = 384;
+    int32_t labels[24];
+    for (size_t r = 0; r < rows; r++) labels[r] = (int32_t)((r * 37) % cols);
+    for (int i = 0; i < 3; i++) {
+        pbuf x = pb_random(&p, T3[i], rows * cols, 80, -6, 6), d = pb_zero(&p, T3[i], rows * cols);
+        pbuf lab = pb_ints(&p, labels, rows);
+        double loss[2];
+        ON_BOTH(&p, O->cross_entropy(BE, A(x), (const int32_t *)A(lab).p, rows, cols, &loss[s_], A(d), 1024.0f));
+        cr_expect(fabs(loss[1] - loss[0]) <= 1e-6 * fabs(loss[0]), "cross_entropy loss (%s): cpu %.9g cuda %.9g",
+                  mpx_dtype_name(T3[i]), loss[0], loss[1]);
+        expect_close(&p, &d, "cross_entropy dlogits");
+        pb_free(&p, &x);
+        pb_free(&p, &d);
+        pb_free(&p, &lab);
+    }
+    cuda_pair_close(&p);
+}
+
+/* ---- embeddings and reductions ---- */
+
+Test(cuda_misc, embeddings_with_repeated_ids)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const size_t rows = 50, dim = 96, n_ids = 300;
+    int32_t ids[300];
+    for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * i + 3 * i) % rows);   /* many repeats */
+    for (int i = 0; i < 3; i++) {
+        pbuf table = pb_random(&p, T3[i], rows * dim, 90, -1, 1), y = pb_zero(&p, T3[i], n_ids * dim);
+        pbuf id = pb_ints(&p, ids, n_ids), dy = pb_random(&p, T3[i], n_ids * dim, 91, -1, 1);
+        ON_BOTH(&p, O->embedding_fwd(BE, (const int32_t *)A(id).p, n_ids, A(table), rows, dim, A(y)));
+        expect_bits(&p, &y, "embedding_fwd");
+        ON_BOTH(&p, O->embedding_bwd(BE, (const int32_t *)A(id).p, n_ids, A(dy), A(table), rows, dim));
+        expect_close(&p, &table, "embedding_bwd");
+        pb_free(&p, &table);
+        pb_free(&p, &y);
+        pb_free(&p, &id);
+        pb_free(&p, &dy);
+    }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_misc, ids_and_labels_outside_are_refused)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    int32_t ids[3] = { 0, 7, 2 };
+    pbuf id = pb_ints(&p, ids, 3), table = pb_zero(&p, MPX_F32, 5 * 4), y = pb_zero(&p, MPX_F32, 3 * 4);
+    cuda_side *c = &p.side[1];
+    cr_expect_neq(c->ops->embedding_fwd(c->be, (const int32_t *)id.a[1].p, 3, table.a[1], 5, 4, y.a[1]), 0);
+    cr_expect(strstr(th_error(th_backend_env(c->env)), "id 7 at position 1") != NULL, "message: %s", th_error(th_backend_env(c->env)));
+    double loss;
+    cr_expect_neq(c->ops->cross_entropy(c->be, y.a[1], (const int32_t *)id.a[1].p, 3, 4, &loss, mpx_a(NULL, MPX_F32), 1.0f), 0);
+    cr_expect(strstr(th_error(th_backend_env(c->env)), "label 7") != NULL, "message: %s", th_error(th_backend_env(c->env)));
+    pb_free(&p, &id);
+    pb_free(&p, &table);
+    pb_free(&p, &y);
+    cuda_pair_close(&p);
+}
+
+Test(cuda_misc, sum_squares_and_count_nonfinite)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const size_t n = 3 * 4096 + 1237;
+    for (int i = 0; i < 3; i++) {
+        pbuf x = pb_random(&p, T3[i], n, 100, -2, 2);
+        double ss[2];
+        ON_BOTH(&p, O->sum_squares(BE, A(x), n, &ss[s_]));
+        cr_expect(fabs(ss[1] - ss[0]) <= 1e-6 * ss[0], "sum_squares (%s): cpu %.12g cuda %.12g", mpx_dtype_name(T3[i]),
+                  ss[0], ss[1]);
+        pb_poke(&p, &x, 5, INFINITY);
+        pb_poke(&p, &x, 4096, NAN);
+        pb_poke(&p, &x, n - 1, -INFINITY);
+        size_t bad[2];
+        ON_BOTH(&p, O->count_nonfinite(BE, A(x), n, &bad[s_]));
+        cr_expect_eq(bad[0], 3);
+        cr_expect_eq(bad[1], 3, "count_nonfinite on cuda: %zu", bad[1]);
+        pb_free(&p, &x);
+    }
+    cuda_pair_close(&p);
+}
