@@ -4,3 +4,15 @@ TEST_PLUGINS += $(BUILD)/test-plugins/no_entry.so
 $(BUILD)/test-plugins/no_entry.so: $(BUILD)/obj/tests/plugins/no_entry.o
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ $<
+
+# The cpu backend declaring ABI 1.0 with the 1.0 op table (ABI 1.2 appended flags and
+# fused_update to mpx_ops): an older backend the core must still load and run. Only
+# cpu_backend.c differs; the other objects are the cpu backend's own.
+TEST_PLUGINS += $(BUILD)/test-plugins/backend-cpu-abi10.so
+$(BUILD)/obj/tests/abi10/cpu_backend.o: plugins/backend/cpu/cpu_backend.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PLUGIN_CFLAGS) $(PKG_CFLAGS) $(BLAS_CFLAGS) -O3 -DMPX_CPU_AS_ABI_1_0 -c $< -o $@
+$(BUILD)/test-plugins/backend-cpu-abi10.so: $(BUILD)/obj/tests/abi10/cpu_backend.o \
+        $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/cpu_backend.c,$(CPU_BACKEND_SRCS))) core/plugin.map
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) $(BLAS_LIBS) -lmvec -lpthread -lm

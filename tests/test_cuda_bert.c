@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/shell.h"
 #include "support/test_host.h"
@@ -45,6 +46,8 @@ static void run_policy(const char *policy, double tol)
     cuda_pair p;
     cuda_pair_open(&p, NULL);   /* skips without a device */
     cuda_pair_close(&p);
+    if (access("datasets/data/train-v1.1.json", R_OK) != 0)
+        cr_skip_test("datasets/data/train-v1.1.json missing (make data; on a device machine, carry datasets/data)");
     char *tmp = ts_tmpdir("cuda-bert");
     row r[2][STEPS];
     /* the harness self-check (test_cuda_common.h) runs the cpu backend on both sides */

@@ -177,7 +177,8 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     START(MPX_KIND_BACKEND, b->rec->vt.backend.create(&b->env.pub, &b->self));
     s->be = b->self;
     s->ops = b->rec->vt.backend.ops;
-    if (!s->ops || s->ops->size < sizeof(mpx_ops)) {
+    /* every ABI 1.0 op is required; later fields are optional (MPX_OPS_HAS) */
+    if (!s->ops || s->ops->size < offsetof(mpx_ops, flags)) {
         snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);
         return -1;
     }

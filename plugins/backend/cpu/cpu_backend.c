@@ -132,8 +132,20 @@ static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
     return MPX_OK;
 }
 
+/* Built with -DMPX_CPU_AS_ABI_1_0 (tests/plugins.mk: build/test-plugins/backend-cpu-abi10.so)
+ * this backend declares ABI 1.0 and the 1.0 op table, which the core must still run. */
+#ifdef MPX_CPU_AS_ABI_1_0
+#define CPU_OPS_SIZE offsetof(mpx_ops, flags)
+#define CPU_NAME "cpu-abi10"
+#define CPU_DESC_HEADER .abi_major = 1, .abi_minor = 0, .size = sizeof(mpx_plugin_desc)
+#else
+#define CPU_OPS_SIZE sizeof(mpx_ops)
+#define CPU_NAME "cpu"
+#define CPU_DESC_HEADER MPX_DESC_HEADER
+#endif
+
 static const mpx_ops cpu_ops = {
-    .size = sizeof(mpx_ops),
+    .size = CPU_OPS_SIZE,
     .alloc = cpu_alloc, .free = cpu_free,
     .to_device = cpu_copy_bytes, .to_host = cpu_copy_bytes, .copy = cpu_copy_bytes,
     .fill_zero = cpu_fill_zero,
@@ -159,9 +171,9 @@ static const mpx_backend_vtable cpu_vtable = {
 };
 
 static const mpx_plugin_desc cpu_desc = {
-    MPX_DESC_HEADER,
+    CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
-    .name = "cpu",
+    .name = CPU_NAME,
     .version = "1.0.0",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,

@@ -36,3 +36,16 @@ $(BUILD)/tests/test_cuda_ops: $(BUILD)/plugins/backend-cpu.so
 $(eval $(call add_test,test_cuda_optim,tests/test_cuda_optim.c $(CUDA_TEST_COMMON)))
 $(BUILD)/tests/test_cuda_optim: $(BUILD)/plugins/backend-cpu.so $(addprefix $(BUILD)/plugins/optimizer-,adam.so adamw.so sgd.so lamb.so)
 $(eval $(call add_test,test_cuda_bert,tests/test_cuda_bert.c $(CUDA_TEST_COMMON) $(TEST_SHELL),))
+
+# The device check's timing (make device-check; tests/device-check.sh): links cudart and
+# cuBLAS itself for the GEMM ceiling, so it exists only where the backend does.
+ifeq ($(HAVE_CUDA),1)
+$(BUILD)/obj/tests/bench_cuda_step.o: EXTRA_CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/bench/bench_cuda_step: $(BUILD)/obj/tests/bench_cuda_step.o $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cuda.so
+	@mkdir -p $(@D)
+	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(CUDA_LIBS) -lcublas -lcudart $(PKG_LIBS) -ldl -lm -lpthread
+endif
+
+.PHONY: device-check
+device-check:
+	@bash tests/device-check.sh

@@ -1,0 +1,3 @@
+# ABI compatibility across minor versions: an ABI 1.0 backend under this core.
+$(eval $(call add_test,test_abi_minor,tests/test_abi_minor.c $(TEST_SHELL),))
+$(BUILD)/tests/test_abi_minor: $(BUILD)/test-plugins/backend-cpu-abi10.so

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make device-check: the checks that need an NVIDIA GPU, in one command (under 8 minutes
+# on an H200): build (nvcc for sm_90 + PTX), run the CUDA suites — on a device a skip is
+# a failure — and time one training step per precision policy for a MiniLM-sized and a
+# bert-base-sized BERT (random weights) against the cuBLAS GEMM ceiling measured in the
+# same run (tests/bench_cuda_step.c). Figures go to results/anchors/ (cuda_step.md,
+# cuda_step.json, cuda_tests.txt) and, when $OUT is set (the device machine's return
+# folder), to $OUT as well.
+#
+# What it needs on the device machine: the packages .ci/run installs and the CUDA
+# toolkit at /usr/local/cuda; the tiny-BERT suite reads datasets/data (SQuAD, ignored by
+# git, 35 MB): carry it with the working tree. No registry is reached: the timing uses
+# random weights, no checkpoint.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+dest=results/anchors
+mkdir -p "$dest" build
+say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - t0 )) "$*"; }
+finish() {
+    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$OUT"/ 2>/dev/null || true; fi
+    say "done (exit $1)"
+    exit "$1"
+}
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+jobs=$(nproc 2>/dev/null || echo 2)
+say "build (-j$jobs; nvcc runs one file at a time)"
+if ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+        build/bench/bench_cuda_step >build/device-check-build.log 2>&1; then
+    tail -30 build/device-check-build.log
+    say "build failed (log: build/device-check-build.log)"
+    finish 1
+fi
+[ -f build/plugins/backend-cuda.so ] || { say "no nvcc: backend-cuda.so was not built"; finish 1; }
+
+say "CUDA suites"
+timeout 300 bash tests/run-tests.sh build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+    2>&1 | tee "$dest/cuda_tests.txt"
+rc=${PIPESTATUS[0]}
+if grep -q SKIPPED "$dest/cuda_tests.txt"; then say "a CUDA suite skipped on the device machine: that is a failure here"; rc=1; fi
+
+say "step timing"
+timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" || rc=1
+finish "$rc"
