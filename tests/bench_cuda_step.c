@@ -9,9 +9,10 @@
  * GEMM FLOPs of a step = 6 x forward MACs (as tests/bench_step.c): T x sum(in x out of
  * the linear weights) + layers x 2 x B x S^2 x hidden, T = B x S.
  *
- *   bench_cuda_step [--steps N] [--batch B] [--out DIR]    (from the repository root)
+ *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME]   (from the repository root)
  * prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
- * (DIR default results/anchors). */
+ * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
+ * without a ceiling: a check of this program on a machine without a GPU. */
 #define _GNU_SOURCE
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -89,6 +90,20 @@ static void synth_init(synth *d, int batch, int vocab)
     d->t[4] = (mpx_itensor){ "end_positions", d->end, 1, { batch, 0 } };
 }
 
+/* Batch tensors live in backend memory (mpx/model.h): device copies of the host arrays. */
+static int synth_upload(synth *d, mpx_session *s)
+{
+    const int32_t *host[5] = { d->ids, d->seg, d->mask, d->start, d->end };
+    size_t n[5] = { (size_t)d->batch * SEQ, (size_t)d->batch * SEQ, (size_t)d->batch * SEQ, (size_t)d->batch,
+                    (size_t)d->batch };
+    for (int i = 0; i < 5; i++) {
+        void *p = mpx_session_alloc(s, MPX_ROLE_SCRATCH, n[i] * 4, "bench batch");
+        if (!p || s->ops->to_device(s->be, p, host[i], n[i] * 4)) return -1;
+        d->t[i].data = p;
+    }
+    return 0;
+}
+
 static double step_gemm_flop(mpx_session *s, int batch, int *vocab)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
@@ -150,6 +165,8 @@ typedef struct result {
     char err[512];
 } result;
 
+static const char *backend_name = "cuda";
+
 static int write_cfg(const char *path, const char *ckpt, const char *prec, int batch)
 {
     FILE *f = fopen(path, "w");
@@ -159,9 +176,9 @@ static int write_cfg(const char *path, const char *ckpt, const char *prec, int b
                "model = { plugin = \"bert-qa\"; checkpoint = \"%s\"; bert-qa = { random_init = true; }; };\n"
                "train = { batch_size = %d; gradient_clipping = 1.0; };\n"
                "precision = { plugin = \"%s\"; };\n"
-               "backend = { plugin = \"cuda\"; };\n"
+               "backend = { plugin = \"%s\"; };\n"
                "optimizer = { plugin = \"adam\"; lr = 1e-4; adam = { weight_decay = 0.01; }; };\n",
-            ckpt, batch, prec);
+            ckpt, batch, prec, backend_name);
     return fclose(f);
 }
 
@@ -182,17 +199,19 @@ static void run_case(result *r, const char *ckpt, int batch, int steps)
     r->flop = step_gemm_flop(&s, batch, &vocab);
     r->numel = s.numel;
     synth_init(&d, batch, vocab);
+    if (synth_upload(&d, &s)) { snprintf(err, sizeof err, "cannot upload the batch"); goto out; }
     t.self = &d;
     t.next = synth_next;
     t.max_batch = batch;
     t.max_seq = SEQ;
     double times[MAX_STEPS];
     int skipped = 0;
+    int on_cuda = !strcmp(backend_name, "cuda");
     for (int i = -2; i < steps; i++) {   /* two warm-ups: workspaces, cuBLAS heuristics */
-        cudaDeviceSynchronize();
+        if (on_cuda) cudaDeviceSynchronize();
         double t0 = now();
         if (mpx_train_one_step(&s, &t, i + 2, 1e-4, 1.0, NULL, &r->loss, &skipped, err, sizeof err)) goto out;
-        cudaDeviceSynchronize();
+        if (on_cuda) cudaDeviceSynchronize();
         if (i >= 0) times[i] = now() - t0;
     }
     r->step_s = median(times, steps);
@@ -238,17 +257,26 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
-        else { fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR]\n"); return 2; }
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
+        else { fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME]\n"); return 2; }
     }
     if (steps < 1 || steps > MAX_STEPS || batch < 1 || batch > MAX_BATCH) { fprintf(stderr, "bench_cuda_step: bad --steps/--batch\n"); return 2; }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { fprintf(stderr, "bench_cuda_step: no CUDA device\n"); return 1; }
+    int count = 0, on_cuda = !strcmp(backend_name, "cuda");
     struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
+    memset(&prop, 0, sizeof prop);
+    snprintf(prop.name, sizeof prop.name, "%s", backend_name);
+    if (on_cuda) {
+        if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { fprintf(stderr, "bench_cuda_step: no CUDA device\n"); return 1; }
+        cudaGetDeviceProperties(&prop, 0);
+    }
     char mini[] = "/tmp/mpx-cuda-minilm-XXXXXX", base[] = "/tmp/mpx-cuda-bert-base-XXXXXX";
     if (model_dir(mini, minilm_json) || model_dir(base, bert_base_json)) { perror("bench_cuda_step: model folder"); return 1; }
-    double ceil32 = ceiling_tflops(CUDA_R_32F, batch), ceil16 = ceiling_tflops(CUDA_R_16F, batch),
-           ceilbf = ceiling_tflops(CUDA_R_16BF, batch);
+    double ceil32 = NAN, ceil16 = NAN, ceilbf = NAN;
+    if (on_cuda) {
+        ceil32 = ceiling_tflops(CUDA_R_32F, batch);
+        ceil16 = ceiling_tflops(CUDA_R_16F, batch);
+        ceilbf = ceiling_tflops(CUDA_R_16BF, batch);
+    }
     static const struct { const char *prec, *gemm; } P[5] = {
         { "fp32", "fp32" }, { "amp", "fp16" }, { "fp16-scaled", "fp16" }, { "bf16-master", "bf16" }, { "pure-bf16", "bf16" } };
     const struct { const char *name, *dir; } M[2] = { { "minilm-sized", mini }, { "bert-base-sized", base } };
