@@ -9,24 +9,6 @@
 
 #include "support/shell.h"
 
-/* metrics.csv without its two timing columns (tokens/s, elapsed). */
-static char *rows(const char *dir)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    char *text = ts_slurp(path, NULL), *out = calloc(strlen(text) + 1, 1), *o = out;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        int commas = 0;
-        for (char *p = line; *p && commas < 6; p++) {
-            if (*p == ',') commas++;
-            if (commas < 6) *o++ = *p;
-        }
-        *o++ = '\n';
-    }
-    free(text);
-    return out;
-}
-
 Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
 {
     char *tmp = ts_tmpdir("abi10"), out[4096];
@@ -39,7 +21,7 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
         cr_assert_eq(rc, 0, "backend %s: %s", be[i], out);
         char dir[600];
         snprintf(dir, sizeof dir, "%s/%d", tmp, i);
-        r[i] = rows(dir);
+        r[i] = ts_metrics_rows(dir);
     }
     cr_expect_str_eq(r[1], r[0], "the ABI 1.0 backend's run differs from the 1.2 one");
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plugins --plugin-dir build/test-plugins 2>&1"), 0);

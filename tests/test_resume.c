@@ -17,24 +17,6 @@
 #define TOY_STEPS "-s train.max_steps=20 -s train.checkpoint_every=10"
 #define STEPS TOY_STEPS " -s train.save_model=true -s train.log_every=4"
 
-/* metrics.csv without its two timing columns (tokens/s, elapsed). */
-static char *rows_without_timing(const char *dir)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    char *text = ts_slurp(path, NULL), *out = calloc(strlen(text) + 1, 1), *o = out;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        int commas = 0;
-        for (char *p = line; *p && commas < 6; p++) {
-            if (*p == ',') commas++;
-            if (commas < 6) *o++ = *p;
-        }
-        *o++ = '\n';
-    }
-    free(text);
-    return out;
-}
-
 static void expect_same_file(const char *a, const char *b, const char *name)
 {
     char pa[512], pb[512];
@@ -80,7 +62,7 @@ static void straight_vs_resumed(const char *env, const char *extra)
     cr_assert_eq(ts_sh(NULL, 0, "%s build/bin/mpx run --resume %s >%s.resume.log 2>&1", env, b, b), 0,
                  "resume (%s.resume.log)", b);
 
-    char *ra = rows_without_timing(a), *rb = rows_without_timing(b);
+    char *ra = ts_metrics_rows(a), *rb = ts_metrics_rows(b);
     cr_expect_str_eq(rb, ra, "metrics rows differ");
     size_t lines = 0;
     for (char *p = ra; *p; p++) lines += *p == '\n';

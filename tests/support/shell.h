@@ -19,6 +19,10 @@ void ts_write_file(const char *path, const char *text);
 /* The whole file, NUL-terminated (malloc'd); its length in *n when n is not NULL. */
 char *ts_slurp(const char *path, size_t *n);
 
+/* DIR/metrics.csv without its two timing columns (tokens/s, elapsed): what two runs
+ * that should agree bitwise must share (malloc'd). */
+char *ts_metrics_rows(const char *dir);
+
 /* A JSON file (jansson; new reference), or a failed assertion naming file and line. */
 struct json_t;
 struct json_t *ts_load_json(const char *path);

@@ -134,8 +134,9 @@ extern "C" int cuda_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_
  * Thread j takes stream block b = e0 / 4 + j, i.e. the elements e = 4b .. 4b + 3 that
  * fall inside [e0, e0 + n). */
 
-__global__ void k_dropout(const void *x, mpx_dtype xt, void *y, mpx_dtype yt, size_t n,
-                          uint32_t keep_from, float scale, mpx_rng rng)
+/* f(i, draw) for every element i < n of the stream at rng.offset, with its Philox word. */
+template <typename F>
+__device__ void philox_elements(const mpx_rng &rng, size_t n, F f)
 {
     const uint64_t e0 = rng.offset, b0 = e0 >> 2, b1 = (e0 + n - 1) >> 2;
     GRID_STRIDE(j, (size_t)(b1 - b0 + 1)) {
@@ -143,12 +144,23 @@ __global__ void k_dropout(const void *x, mpx_dtype xt, void *y, mpx_dtype yt, si
         mpx_philox_out r = mpx_philox_block(rng.seed, rng.site, rng.tick, b);
         for (unsigned k = 0; k < 4; k++) {
             uint64_t e = 4 * b + k;
-            if (e < e0 || e >= e0 + n) continue;
-            size_t i = (size_t)(e - e0);
-            float v = dev_ld(x, xt, i) * scale;
-            dev_st(y, yt, i, (r.v[k] >> 8) >= keep_from ? v : 0.0f);
+            if (e >= e0 && e < e0 + n) f((size_t)(e - e0), r.v[k]);
         }
     }
+}
+
+static size_t philox_blocks(const mpx_rng &rng, size_t n)
+{
+    return (size_t)(((rng.offset + n - 1) >> 2) - (rng.offset >> 2) + 1);
+}
+
+__global__ void k_dropout(const void *x, mpx_dtype xt, void *y, mpx_dtype yt, size_t n,
+                          uint32_t keep_from, float scale, mpx_rng rng)
+{
+    philox_elements(rng, n, [&](size_t i, uint32_t w) {
+        float v = dev_ld(x, xt, i) * scale;
+        dev_st(y, yt, i, (w >> 8) >= keep_from ? v : 0.0f);
+    });
 }
 
 static int dropout(cuda_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
@@ -159,8 +171,7 @@ static int dropout(cuda_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, 
     if (!n) return MPX_OK;
     uint32_t keep_from = (uint32_t)ceil((double)p * 0x1p24);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    size_t blocks = (size_t)(((rng.offset + n - 1) >> 2) - (rng.offset >> 2) + 1);
-    k_dropout<<<cuda_blocks(blocks), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n, keep_from, scale, rng);
+    k_dropout<<<cuda_blocks(philox_blocks(rng, n)), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n, keep_from, scale, rng);
     CUDA_LAUNCHED(be, op);
     return MPX_OK;
 }
@@ -196,18 +207,10 @@ __global__ void k_update_kahan(void *w, mpx_dtype wt, void *c, mpx_dtype ct, con
 
 __global__ void k_update_stochastic(uint16_t *w, mpx_dtype wt, const float *u, size_t n, mpx_rng rng)
 {
-    const uint64_t e0 = rng.offset, b0 = e0 >> 2, b1 = (e0 + n - 1) >> 2;
-    GRID_STRIDE(j, (size_t)(b1 - b0 + 1)) {
-        uint64_t b = b0 + j;
-        mpx_philox_out r = mpx_philox_block(rng.seed, rng.site, rng.tick, b);
-        for (unsigned k = 0; k < 4; k++) {
-            uint64_t e = 4 * b + k;
-            if (e < e0 || e >= e0 + n) continue;
-            size_t i = (size_t)(e - e0);
-            float v = dev_ld(w, wt, i) + u[i];
-            w[i] = wt == MPX_BF16 ? mpx_f32_to_bf16_sr(v, r.v[k]) : mpx_f32_to_f16_sr(v, r.v[k]);
-        }
-    }
+    philox_elements(rng, n, [&](size_t i, uint32_t x) {
+        float v = dev_ld(w, wt, i) + u[i];
+        w[i] = wt == MPX_BF16 ? mpx_f32_to_bf16_sr(v, x) : mpx_f32_to_f16_sr(v, x);
+    });
 }
 
 extern "C" int cuda_apply_update(void *vbe, mpx_arg w, mpx_arg comp, const float *u, size_t n,
@@ -228,8 +231,7 @@ extern "C" int cuda_apply_update(void *vbe, mpx_arg w, mpx_arg comp, const float
     if (mode == MPX_ROUND_KAHAN) {
         k_update_kahan<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(w.p, w.t, comp.p, comp.t, u, n);
     } else if (mode == MPX_ROUND_STOCHASTIC && w.t != MPX_F32) {
-        size_t blocks = (size_t)(((rng.offset + n - 1) >> 2) - (rng.offset >> 2) + 1);
-        k_update_stochastic<<<cuda_blocks(blocks), CUDA_THREADS, 0, be->stream>>>((uint16_t *)w.p, w.t, u, n, rng);
+        k_update_stochastic<<<cuda_blocks(philox_blocks(rng, n)), CUDA_THREADS, 0, be->stream>>>((uint16_t *)w.p, w.t, u, n, rng);
     } else {
         k_update_nearest<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(w.p, w.t, u, n);
     }

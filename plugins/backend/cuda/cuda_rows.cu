@@ -256,31 +256,51 @@ extern "C" int cuda_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, si
     return MPX_OK;
 }
 
-/* ---- cross-entropy over positions: one thread per row for the log-sum-exp (the cpu
- * backend's sequential order), then one thread per element for the gradient ---- */
+/* ---- cross-entropy over positions (cpu_rows.c's two contracts): one thread per row for
+ * the max and the sum of exponentials (the cpu backend's sequential order), then one
+ * thread per element for the gradient.
+ *   fp32 logits:   loss = lse - x[label], dx = (exp(x - lse) - onehot) * dscale / rows;
+ *   16-bit logits: as PyTorch on a 16-bit tensor, logp = round((x - max) - log(sum)),
+ *                  loss = -logp[label], d = round(dscale / rows),
+ *                  dx = round(exp(logp) * d - onehot * d), the mean loss rounded. ---- */
+
+__device__ __forceinline__ int is16(mpx_dtype t) { return t == MPX_F16 || t == MPX_BF16; }
 
 __global__ void k_ce_rows(const void *x, mpx_dtype xt, const int32_t *labels, size_t rows, size_t n,
-                          float *lse_out, double *row_loss)
+                          float *mx_out, float *lsum_out, double *row_loss)
 {
     GRID_STRIDE(i, rows) {
         const size_t o = i * n;
         float mx = -INFINITY, sum = 0.0f;
         for (size_t c = 0; c < n; c++) { float v = dev_ld(x, xt, o + c); mx = v > mx ? v : mx; }
         for (size_t c = 0; c < n; c++) sum += expf(dev_ld(x, xt, o + c) - mx);
-        float lse = mx + logf(sum);
-        lse_out[i] = lse;
-        row_loss[i] = (double)(lse - dev_ld(x, xt, o + (size_t)labels[i]));
+        const float lsum = logf(sum), xl = dev_ld(x, xt, o + (size_t)labels[i]);
+        mx_out[i] = mx;
+        lsum_out[i] = lsum;
+        row_loss[i] = is16(xt) ? -(double)dev_round((xl - mx) - lsum, xt) : (double)((mx + lsum) - xl);
     }
 }
 
-__global__ void k_ce_grad(const void *x, mpx_dtype xt, const int32_t *labels, const float *lse,
+__global__ void k_ce_grad(const void *x, mpx_dtype xt, const int32_t *labels, const float *mx, const float *lsum,
                           size_t rows, size_t n, void *dx, mpx_dtype dxt, float factor)
 {
     GRID_STRIDE(i, rows * n) {
         size_t r = i / n, c = i % n;
-        float v = (expf(dev_ld(x, xt, i) - lse[r]) - (c == (size_t)labels[r] ? 1.0f : 0.0f)) * factor;
+        const int hit = c == (size_t)labels[r];
+        float v;
+        if (is16(xt)) {
+            float logp = dev_round((dev_ld(x, xt, i) - mx[r]) - lsum[r], xt);
+            v = expf(logp) * factor - (hit ? factor : 0.0f);
+        } else {
+            v = (expf(dev_ld(x, xt, i) - (mx[r] + lsum[r])) - (hit ? 1.0f : 0.0f)) * factor;
+        }
         dev_st(dx, dxt, i, v);
     }
+}
+
+static float round_host(mpx_dtype t, float v)
+{
+    return t == MPX_BF16 ? mpx_round_bf16(v) : t == MPX_F16 ? mpx_round_f16(v) : v;
 }
 
 extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labels, size_t rows,
@@ -293,15 +313,18 @@ extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labe
     if (rows && (!labels || !cols)) return CUDA_FAIL(be, "cuda cross_entropy: no labels or no columns");
     if (!rows) { *loss = NAN; return MPX_OK; }
     if (!cuda_ids_to_host(be, labels, rows, cols, "cross_entropy", "label", 0)) return MPX_ERR;
-    char *ws = (char *)cuda_ws(be, 3, rows * (sizeof(double) + sizeof(float)));
+    char *ws = (char *)cuda_ws(be, 3, rows * (sizeof(double) + 2 * sizeof(float)));
     if (!ws) return MPX_ERR_NOMEM;
     double *row_loss = (double *)ws;
-    float *lse = (float *)(ws + rows * sizeof(double));
-    k_ce_rows<<<cuda_blocks(rows), CUDA_THREADS, 0, be->stream>>>(logits.p, logits.t, labels, rows, cols, lse, row_loss);
+    float *mx = (float *)(ws + rows * sizeof(double)), *lsum = mx + rows;
+    const int low = logits.t == MPX_F16 || logits.t == MPX_BF16;
+    const float factor = low ? round_host(logits.t, dscale / (float)rows) : dscale / (float)rows;
+    k_ce_rows<<<cuda_blocks(rows), CUDA_THREADS, 0, be->stream>>>(logits.p, logits.t, labels, rows, cols, mx, lsum,
+                                                                  row_loss);
     CUDA_LAUNCHED(be, "cross_entropy");
     if (dlogits.p) {
         k_ce_grad<<<cuda_blocks(rows * cols), CUDA_THREADS, 0, be->stream>>>(
-            logits.p, logits.t, labels, lse, rows, cols, dlogits.p, dlogits.t, dscale / (float)rows);
+            logits.p, logits.t, labels, mx, lsum, rows, cols, dlogits.p, dlogits.t, factor);
         CUDA_LAUNCHED(be, "cross_entropy (gradient)");
     }
     double *h = (double *)cuda_hws(be, 1, rows * sizeof(double));
@@ -311,5 +334,6 @@ extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labe
     double total = 0.0;     /* in row order, as the cpu backend */
     for (size_t i = 0; i < rows; i++) total += h[i];
     *loss = total / (double)rows;
+    if (low) *loss = (double)round_host(logits.t, (float)*loss);   /* a 16-bit scalar */
     return MPX_OK;
 }

@@ -225,7 +225,7 @@ static const mpx_comm_vtable nccl_vtable = {
 };
 
 static const mpx_incompat nccl_incompat[] = {
-    { "backend/cpu", "NCCL moves GPU memory: the cpu backend's buffers are host memory (use comm mpi)" },
+    { "backend/cpu", "NCCL moves GPU memory: the cpu backend's buffers are host memory (with it, use comm local or mpi)" },
 };
 
 static const mpx_plugin_desc nccl_desc = {
