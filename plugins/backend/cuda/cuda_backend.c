@@ -9,6 +9,7 @@
  * so the run record shows device bytes exactly as it shows the cpu backend's. */
 #include "cuda_internal.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,35 @@ const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_
     return h;
 }
 
+/* ---- cuBLAS, opened at create ---- */
+
+#define CUDA_STR_(x) #x
+#define CUDA_STR(x) CUDA_STR_(x)
+#define CUBLAS_SONAME "libcublas.so." CUDA_STR(CUBLAS_VER_MAJOR)
+
+static int open_cublas(cuda_be *be)
+{
+    /* the soname through the plugin's RUNPATH, else the toolkit it was built against */
+    const char *paths[] = { CUBLAS_SONAME, MPX_CUDA_LIB_DIR "/" CUBLAS_SONAME };
+    for (size_t i = 0; i < 2 && !be->api.lib; i++) be->api.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+    if (!be->api.lib) return CUDA_FAIL(be, "cannot open cuBLAS (%s): %s", CUBLAS_SONAME, dlerror());
+    struct { void **slot; const char *name; } syms[] = {
+        { (void **)&be->api.create, "cublasCreate_v2" },
+        { (void **)&be->api.destroy, "cublasDestroy_v2" },
+        { (void **)&be->api.set_stream, "cublasSetStream_v2" },
+        { (void **)&be->api.set_math_mode, "cublasSetMathMode" },
+        { (void **)&be->api.get_version, "cublasGetVersion_v2" },
+        { (void **)&be->api.status_string, "cublasGetStatusString" },
+        { (void **)&be->api.gemm_ex, "cublasGemmEx" },
+        { (void **)&be->api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx" },
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].slot = dlsym(be->api.lib, syms[i].name);
+        if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLAS_SONAME, syms[i].name);
+    }
+    return MPX_OK;
+}
+
 /* ---- instance ---- */
 
 static void cuda_destroy(void *vbe)
@@ -96,7 +126,7 @@ static void cuda_destroy(void *vbe)
     if (be->stream) cudaStreamSynchronize(be->stream);
     for (int i = 0; i < CUDA_WS_SLOTS; i++) if (be->ws[i]) cudaFree(be->ws[i]);
     for (int i = 0; i < 2; i++) free(be->hws[i]);
-    if (be->blas) cublasDestroy(be->blas);
+    if (be->blas) be->api.destroy(be->blas);   /* the library stays open: never dlclose */
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -140,19 +170,23 @@ static int cuda_create(mpx_env *env, void **out)
         cuda_destroy(be);
         return MPX_ERR;
     }
-    cublasStatus_t bs = cublasCreate(&be->blas);
-    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(be->blas, be->stream);
+    if (open_cublas(be)) {
+        cuda_destroy(be);
+        return MPX_ERR;
+    }
+    cublasStatus_t bs = be->api.create(&be->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = be->api.set_stream(be->blas, be->stream);
     /* fp32 accumulation throughout: no reduced-precision split-K reductions */
     if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+        bs = be->api.set_math_mode(be->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        (void)MPX_FAIL(env, "cuBLAS initialisation failed: %s", cublasGetStatusString(bs));
+        (void)MPX_FAIL(env, "cuBLAS initialisation failed: %s", be->api.status_string(bs));
         cuda_destroy(be);
         return MPX_ERR;
     }
     int rt = 0, blas_v = 0;
     cudaRuntimeGetVersion(&rt);
-    cublasGetVersion(be->blas, &blas_v);
+    be->api.get_version(be->blas, &blas_v);
     snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s",
              be->device, prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
              rt / 1000, (rt % 1000) / 10, blas_v, tf32 ? "on" : "off");

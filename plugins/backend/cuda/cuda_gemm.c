@@ -20,7 +20,7 @@ static int blas_rc(cuda_be *be, cublasStatus_t s, const mpx_gemm *g)
     if (s == CUBLAS_STATUS_SUCCESS) return MPX_OK;
     return CUDA_FAIL(be, "cuda gemm %dx%dx%d (batch %d, %s/%s -> %s, compute %s): cuBLAS: %s", g->m, g->n, g->k,
                      g->batch, mpx_dtype_name(g->a.t), mpx_dtype_name(g->b.t), mpx_dtype_name(g->c.t),
-                     mpx_dtype_name(g->compute), cublasGetStatusString(s));
+                     mpx_dtype_name(g->compute), be->api.status_string(s));
 }
 
 /* An operand of `rows` x `cols` per matrix in `compute`: itself, or a compact rounded copy. */
@@ -83,12 +83,12 @@ int cuda_gemm(void *vbe, const mpx_gemm *g)
     int lda = A.ld > 0 ? A.ld : 1, ldb = B.ld > 0 ? B.ld : 1;
     cublasStatus_t s;
     if (g->batch == 1)
-        s = cublasGemmEx(be->blas, opb, opa, g->n, g->m, g->k, &g->alpha, B.p, it, ldb, A.p, it, lda,
+        s = be->api.gemm_ex(be->blas, opb, opa, g->n, g->m, g->k, &g->alpha, B.p, it, ldb, A.p, it, lda,
                          &g->beta, C.p, cuda_type(ct), C.ld, comp, CUBLAS_GEMM_DEFAULT);
     else
-        s = cublasGemmStridedBatchedEx(be->blas, opb, opa, g->n, g->m, g->k, &g->alpha, B.p, it, ldb, B.stride,
-                                       A.p, it, lda, A.stride, &g->beta, C.p, cuda_type(ct), C.ld, C.stride,
-                                       g->batch, comp, CUBLAS_GEMM_DEFAULT);
+        s = be->api.gemm_strided_batched_ex(be->blas, opb, opa, g->n, g->m, g->k, &g->alpha, B.p, it, ldb, B.stride,
+                                            A.p, it, lda, A.stride, &g->beta, C.p, cuda_type(ct), C.ld, C.stride,
+                                            g->batch, comp, CUBLAS_GEMM_DEFAULT);
     MPX_TRY(blas_rc(be, s, g));
     if (!direct)
         MPX_TRY(cuda_convert_matrix(be, g->c, g->m, g->n, g->ldc, g->stride_c, g->batch, mpx_a(C.p, MPX_F32), MPX_F32, 1));

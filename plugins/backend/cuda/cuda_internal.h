@@ -27,11 +27,31 @@ extern "C" {
 #define CUDA_ROW_BLOCK 32      /* rows per column-reduction block (bias_grad, layernorm_bwd) */
 #define CUDA_SUM_CHUNK 4096    /* elements per reduction chunk (sum_squares) */
 
+/* cuBLAS, opened at create (dlopen): linking it would make every mpx process load
+ * libcublasLt (about 0.3 s) whenever it scans the plugins, GPU or not. */
+#ifdef __cplusplus
+#define CUDA_FN(f) void *          /* the kernels' files never call cuBLAS (C++ overloads it) */
+#else
+#define CUDA_FN(f) __typeof__(&f)
+#endif
+typedef struct cuda_blas {
+    void *lib;
+    CUDA_FN(cublasCreate_v2) create;
+    CUDA_FN(cublasDestroy_v2) destroy;
+    CUDA_FN(cublasSetStream_v2) set_stream;
+    CUDA_FN(cublasSetMathMode) set_math_mode;
+    CUDA_FN(cublasGetVersion_v2) get_version;
+    CUDA_FN(cublasGetStatusString) status_string;
+    CUDA_FN(cublasGemmEx) gemm_ex;
+    CUDA_FN(cublasGemmStridedBatchedEx) gemm_strided_batched_ex;
+} cuda_blas;
+
 #define CUDA_WS_SLOTS 7   /* 0, 1, 6: GEMM operands; 2: column partials; 3: row results; 4: plans; 5: counters */
 typedef struct cuda_be {
     mpx_env *env;              /* for errors */
     int device, tf32;
     cudaStream_t stream;
+    cuda_blas api;             /* cuBLAS entry points */
     cublasHandle_t blas;
     void *ws[CUDA_WS_SLOTS];   /* device workspaces (GEMM operands, partials) */
     size_t ws_bytes[CUDA_WS_SLOTS];

@@ -11,11 +11,12 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 # --fmad=false: a * b + c is two roundings, as the cpu backend computes it.
 NVCC_FLAGS := -std=c++17 -O3 --fmad=false $(CUDA_ARCH) -Icore/include \
               -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
-CUDA_CFLAGS := -I$(CUDA_HOME)/include
+CUDA_CFLAGS := -I$(CUDA_HOME)/include -DMPX_CUDA_LIB_DIR='"$(CUDA_HOME)/lib64"'
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 CUDA_BACKEND_SRCS := plugins/backend/cuda/cuda_backend.c plugins/backend/cuda/cuda_gemm.c
 CUDA_KERNEL_OBJS := $(addprefix $(BUILD)/obj/plugins/backend/cuda/,cuda_elementwise.o cuda_rows.o cuda_misc.o cuda_optim.o)
-$(eval $(call add_plugin,backend,cuda,$(CUDA_BACKEND_SRCS),$(CUDA_LIBS) -lcublas -lcudart -lstdc++))
+# cuBLAS is opened at create (dlopen), not linked: see cuda_internal.h.
+$(eval $(call add_plugin,backend,cuda,$(CUDA_BACKEND_SRCS),$(CUDA_LIBS) -lcudart -lstdc++ -ldl))
 $(BUILD)/plugins/backend-cuda.so: $(CUDA_KERNEL_OBJS)
 $(BUILD)/obj/plugins/backend/cuda/%.o: EXTRA_CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/obj/plugins/backend/cuda/%.o: plugins/backend/cuda/%.cu
