@@ -61,6 +61,11 @@ static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_s
 
 int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
 {
+    optc_device dev;
+    MPX_TRY(optc_device_get(env, &dev));
+    if (r->anyprecision && dev.on)
+        return MPX_FAIL(env, "anyprecision = true runs on host memory only: the backend's fused_update has no "
+                        "AnyPrecisionAdamW rule (use the cpu backend)");
     if (r->anyprecision) return adam_rule_step_anyprecision(r, env, s);
     MPX_TRY(optc_check_step(env, s, 2));
     adam_consts c = {
@@ -68,8 +73,6 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
         .bc2 = (float)optc_bias_correction(r->beta2, s->step, r->bias_correction),
         .neg_lr = (float)-s->lr,
     };
-    optc_device dev;
-    MPX_TRY(optc_device_get(env, &dev));
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
         if (dev.on) {
