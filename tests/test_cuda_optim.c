@@ -87,9 +87,9 @@ static void run_case(const ocase *oc)
     cuda_pair_close(&p);
 }
 
-static const char ADAM_W[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01; adam_w_mode = true; bias_correction = true;";
-static const char ADAM_L2[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01; adam_w_mode = false; bias_correction = true;";
-static const char ADAMW[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01;";
+static const char ADAM_W[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01; adam_w_mode = true; bias_correction = true; anyprecision = false;";
+static const char ADAM_L2[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01; adam_w_mode = false; bias_correction = true; anyprecision = false;";
+static const char ADAMW[] = "betas = [0.9, 0.999]; eps = 1e-8; weight_decay = 0.01; anyprecision = false;";
 static const char SGD_M[] = "momentum = 0.9; dampening = 0.1; nesterov = false; weight_decay = 0.01;";
 static const char SGD_N[] = "momentum = 0.9; dampening = 0.0; nesterov = true; weight_decay = 0.0;";
 static const char LAMB[] = "betas = [0.9, 0.999]; eps = 1e-6; weight_decay = 0.01; max_coeff = 10.0; min_coeff = 0.01; bias_correction = true;";

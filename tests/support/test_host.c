@@ -20,7 +20,6 @@ typedef struct th_env_impl {
     const mpx_ops *ops;
     void *be;
     const mpx_backend_vtable *bv;
-    mpx_env *benv;                /* the backend's own env (its errors) */
     mpx_arg target, comp;
     mpx_format_table fmts;        /* the core's: built-in formats (+ th_declare_formats) */
     mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
@@ -310,5 +309,5 @@ void th_share_backend(mpx_env *env, mpx_env *from)
     th_env_impl *e = impl(env), *f = impl(from);
     e->ops = f->ops;
     e->be = f->be;
-    e->benv = f->benv;   /* bv stays NULL: `from` owns (and destroys) the instance */
+    /* bv and benv stay NULL: `from` owns (and destroys) the instance and its env */
 }
