@@ -29,5 +29,4 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
     free(r[0]);
     free(r[1]);
     ts_sh(NULL, 0, "rm -rf %s", tmp);
-    free(tmp);
 }

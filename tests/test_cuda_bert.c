@@ -72,7 +72,6 @@ static void run_policy(const char *policy, double tol)
         cr_expect_eq(r[1][i].scale, r[0][i].scale, "%s step %d: loss scale", policy, i);
     }
     ts_sh(NULL, 0, "rm -rf %s", tmp);
-    free(tmp);
 }
 
 Test(cuda_bert, fp32_step_matches_cpu, .timeout = 120) { run_policy("fp32", 1e-4); }
