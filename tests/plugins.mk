@@ -5,7 +5,7 @@ $(BUILD)/test-plugins/no_entry.so: $(BUILD)/obj/tests/plugins/no_entry.o
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ $<
 
-# The cpu backend declaring ABI 1.0 with the 1.0 op table (ABI 1.3 appended flags and
+# The cpu backend declaring ABI 1.0 with the 1.0 op table (ABI 1.4 appended flags and
 # fused_update to mpx_ops): an older backend the core must still load and run. Only
 # cpu_backend.c differs; the other objects are the cpu backend's own.
 TEST_PLUGINS += $(BUILD)/test-plugins/backend-cpu-abi10.so

@@ -1,7 +1,7 @@
-/* ABI 1.3 appended `flags` and `fused_update` to mpx_ops. A backend built for ABI 1.0
+/* ABI 1.4 appended `flags` and `fused_update` to mpx_ops. A backend built for ABI 1.0
  * (build/test-plugins/backend-cpu-abi10.so: the cpu backend declaring 1.0 and the 1.0
  * op table) must still load and run, and the optimizers must take their host loops
- * with it: the toy run's metrics are bitwise those of the 1.3 cpu backend. */
+ * with it: the toy run's metrics are bitwise those of the 1.4 cpu backend. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
         snprintf(dir, sizeof dir, "%s/%d", tmp, i);
         r[i] = ts_metrics_rows(dir);
     }
-    cr_expect_str_eq(r[1], r[0], "the ABI 1.0 backend's run differs from the 1.3 one");
+    cr_expect_str_eq(r[1], r[0], "the ABI 1.0 backend's run differs from the 1.4 one");
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plugins --plugin-dir build/test-plugins 2>&1"), 0);
     cr_expect(strstr(out, "cpu-abi10") != NULL, "mpx plugins lists it: %s", out);
     free(r[0]);

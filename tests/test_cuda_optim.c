@@ -1,4 +1,4 @@
-/* The optimizers on device memory (ABI 1.3 fused_update, the cuda backend) against the
+/* The optimizers on device memory (ABI 1.4 fused_update, the cuda backend) against the
  * same optimizer plugins' host loops (the cpu backend), three steps on the same
  * gradients: adam (L2 and decoupled), adamw, sgd (momentum, Nesterov), lamb, with fp32
  * and bf16 optimizer state, into an fp32 master and into bf16 weights with

@@ -63,7 +63,7 @@ typedef enum mpx_rounding {
     MPX_ROUND_KAHAN = 2,
 } mpx_rounding;
 
-/* ---- ABI 1.3: the optimizer rules on backend memory ----
+/* ---- ABI 1.4: the optimizer rules on backend memory ----
  * One piece of one tensor, every buffer backend memory at the piece's first element.
  * The arithmetic is the host optimizers' exactly (plugins/optimizer/): fp32 throughout,
  * the state read widened and written back rounded to nearest even in its dtype, the
@@ -191,7 +191,7 @@ typedef struct mpx_ops {
     int (*apply_update)(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
                         mpx_rounding mode, mpx_rng rng);
 
-    /* ---- ABI 1.3 (read only when `size` covers them) ---- */
+    /* ---- ABI 1.4 (read only when `size` covers them) ---- */
 
     /* MPX_OPS_* bits. MPX_OPS_DEVICE_MEMORY: backend memory is not host-addressable, so
      * a plugin must not dereference backend pointers (optimizers use fused_update). */
@@ -203,7 +203,7 @@ typedef struct mpx_ops {
     int (*fused_update)(void *be, mpx_fused_update *f);
 } mpx_ops;
 
-/* True when the table `o` reaches field `f` (a table older than 1.3 stops before `flags`). */
+/* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */
 #define MPX_OPS_HAS(o, f) ((o)->size >= offsetof(mpx_ops, f) + sizeof((o)->f))
 
 /* Backend plugins (kind MPX_KIND_BACKEND) point their descriptor's vtable here. */

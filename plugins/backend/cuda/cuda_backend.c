@@ -4,7 +4,7 @@
  *   cuda_gemm.c          gemm (cublasGemmEx / cublasGemmStridedBatchedEx)
  *   cuda_rows.cu         bias_add/grad, layernorm, softmax, cross_entropy
  *   cuda_misc.cu         embeddings, sum_squares, count_nonfinite
- *   cuda_optim.cu        fused_update (ABI 1.3: the optimizers on device memory)
+ *   cuda_optim.cu        fused_update (ABI 1.4: the optimizers on device memory)
  * Memory comes from cudaMalloc: the host counts it by role (host->alloc calls ops->alloc),
  * so the run record shows device bytes exactly as it shows the cpu backend's. */
 #include "cuda_internal.h"

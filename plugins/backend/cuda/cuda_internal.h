@@ -130,7 +130,7 @@ int cuda_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, m
 int cuda_sum_squares(void *be, mpx_arg x, size_t n, double *out);
 int cuda_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
 
-/* cuda_optim.cu (ABI 1.3) */
+/* cuda_optim.cu (ABI 1.4) */
 int cuda_fused_update(void *be, mpx_fused_update *f);
 
 #ifdef __cplusplus

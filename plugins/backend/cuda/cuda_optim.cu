@@ -1,4 +1,4 @@
-/* ABI 1.3 fused_update: the optimizer rules of plugins/optimizer/ on device memory, one
+/* ABI 1.4 fused_update: the optimizer rules of plugins/optimizer/ on device memory, one
  * thread per element, with the host loops' fp32 arithmetic operation for operation
  * (built with --fmad=false, so no contraction either): the results agree with the host
  * optimizers bit for bit except sqrt's, which is correctly rounded on both. LAMB's two

@@ -90,7 +90,7 @@ int optc_device_get(mpx_env *env, optc_device *d)
     if (!d->ops || !MPX_OPS_HAS(d->ops, flags) || !(d->ops->flags & MPX_OPS_DEVICE_MEMORY)) return MPX_OK;
     if (!MPX_OPS_HAS(d->ops, fused_update) || !d->ops->fused_update)
         return MPX_FAIL(env, "the backend's memory is not host-addressable and it has no fused_update "
-                        "(ABI 1.3): this optimizer cannot run on it");
+                        "(ABI 1.4): this optimizer cannot run on it");
     d->on = 1;
     return MPX_OK;
 }

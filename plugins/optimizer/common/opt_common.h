@@ -25,7 +25,7 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
  * messages with the plugin's KIND/NAME.) */
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
 
-/* ---- device memory (ABI 1.3) ----
+/* ---- device memory (ABI 1.4) ----
  * A backend whose memory is not host-addressable (flags & MPX_OPS_DEVICE_MEMORY, the
  * cuda backend) runs each piece's rule through ops->fused_update, with the arithmetic of
  * the host loops; the host loops stay the path for the cpu backend. */
