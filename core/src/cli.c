@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage)
@@ -35,6 +36,22 @@ int mpx_cli_parse(mpx_cli *c, int argc, char **argv, const char *usage)
                 }
                 c->plugin_dirs[c->n_plugin_dirs++] = v;
             }
+            continue;
+        }
+        if (!strcmp(a, "--ranks")) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || v < 1 || v > 4096) {
+                fprintf(stderr, "mpx: --ranks needs a number of ranks from 1 to 4096\n%s", usage);
+                return 2;
+            }
+            i++;
+            if (c->n_overrides == sizeof c->overrides / sizeof *c->overrides) {
+                fprintf(stderr, "mpx: too many -s overrides\n");
+                return 2;
+            }
+            snprintf(c->ranks_override, sizeof c->ranks_override, "run.ranks=%ld", v);
+            c->overrides[c->n_overrides++] = c->ranks_override;
             continue;
         }
         if (!strcmp(a, "--out") || !strcmp(a, "--resume")) {

@@ -14,6 +14,7 @@ typedef struct mpx_cli {
     const char *out_dir;          /* --out DIR (mpx run): the record folder itself */
     const char *resume_dir;       /* --resume DIR (mpx run): continue the run in DIR */
     const char *positional[8];    /* other arguments, in order */
+    char ranks_override[40];      /* --ranks N, kept as the override run.ranks=N */
     size_t n_positional;
 } mpx_cli;
 

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "launch.h"
 #include "provenance.h"
 #include "record.h"
+#include "shard.h"
 #include "train.h"
 #include "train_state.h"
 
@@ -16,7 +18,7 @@ extern const char *const mpx_metrics_columns[];
 extern const size_t mpx_n_metrics_columns;
 
 static const char run_usage[] =
-    "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]... [--out DIR]\n"
+    "usage: mpx run CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]... [--out DIR] [--ranks N]\n"
     "       mpx run [CONFIG [-s KEY=VALUE]...] --resume DIR\n"
     "  trains and evaluates as CONFIG says; writes <run.output_dir>/<run.name>/run.json\n"
     "  (or DIR/run.json with --out)\n"
@@ -24,7 +26,9 @@ static const char run_usage[] =
     "  (one row per step); exit 0 finished, 1 failed, 2 usage\n"
     "  --resume DIR continues the run in DIR from its last training-state checkpoint\n"
     "  (train.checkpoint_every), with the checkpoint's configuration or CONFIG, which\n"
-    "  must then be the same run\n";
+    "  must then be the same run\n"
+    "  --ranks N (or run.ranks) starts N data-parallel ranks with mpirun; started by mpirun\n"
+    "  or srun, mpx joins the launch (rank 0 writes the record)\n";
 
 static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c, const char *what)
 {
@@ -45,24 +49,52 @@ static json_t *new_root(mpx_session *s, int argc, char **argv, const mpx_cli *c,
                      "machine", mpx_provenance_machine(s), "metrics", json_object());
 }
 
-/* Counted model-state bytes (DESIGN: never a formula). Persistent roles make the
- * bytes-per-parameter figure; scratch is reported apart. */
-static json_t *memory_report(const mpx_session *s)
+static const char *const role_names[MPX_ROLE_COUNT] = { "weights", "grads", "grad_acc", "master",
+                                                        "opt_state", "compensation", "scratch" };
+
+static json_t *bytes_per_role(const double *bytes, size_t numel, double *per_param)
 {
-    static const char *roles[MPX_ROLE_COUNT] = { "weights", "grads", "grad_acc", "master",
-                                                 "opt_state", "compensation", "scratch" };
-    json_t *by = json_object(), *peak = json_object();
+    json_t *by = json_object();
+    double persistent = 0;
+    for (int r = 0; r < MPX_ROLE_COUNT; r++) {
+        json_object_set_new(by, role_names[r], json_integer((json_int_t)bytes[r]));
+        if (r != MPX_ROLE_SCRATCH) persistent += bytes[r];
+    }
+    *per_param = numel ? persistent / (double)numel : 0.0;
+    return by;
+}
+
+/* Counted model-state bytes (DESIGN: never a formula). Persistent roles make the
+ * bytes-per-parameter figure; scratch is reported apart. With ranks, the figures are
+ * rank 0's and "per_rank" has every rank's (table: mpx_shard_memory_table). */
+static json_t *memory_report(const mpx_session *s, const double *table)
+{
+    json_t *peak = json_object();
+    double mine[MPX_ROLE_COUNT], bpp;
     size_t persistent = 0;
     for (int r = 0; r < MPX_ROLE_COUNT; r++) {
-        json_object_set_new(by, roles[r], json_integer((json_int_t)s->bytes[r]));
-        json_object_set_new(peak, roles[r], json_integer((json_int_t)s->peak[r]));
+        mine[r] = (double)s->bytes[r];
+        json_object_set_new(peak, role_names[r], json_integer((json_int_t)s->peak[r]));
         if (r != MPX_ROLE_SCRATCH) persistent += s->bytes[r];
     }
-    return json_pack("{s:I, s:I, s:f, s:I, s:o, s:o}", "n_params", (json_int_t)s->numel,
-                     "persistent_bytes", (json_int_t)persistent,
-                     "bytes_per_param", s->numel ? (double)persistent / (double)s->numel : 0.0,
-                     "transient_peak_bytes", (json_int_t)s->peak[MPX_ROLE_SCRATCH],
-                     "bytes_by_role", by, "peak_by_role", peak);
+    json_t *by = bytes_per_role(mine, s->numel, &bpp);
+    json_t *m = json_pack("{s:I, s:I, s:f, s:I, s:o, s:o}", "n_params", (json_int_t)s->numel,
+                          "persistent_bytes", (json_int_t)persistent, "bytes_per_param", bpp,
+                          "transient_peak_bytes", (json_int_t)s->peak[MPX_ROLE_SCRATCH],
+                          "bytes_by_role", by, "peak_by_role", peak);
+    int world = s->world > 0 ? s->world : 1;
+    json_object_set_new(m, "ranks", json_integer(world));
+    json_object_set_new(m, "zero_stage", json_integer(s->stage));
+    json_object_set_new(m, "padding_elements", json_integer((json_int_t)(s->numel_pad - s->numel)));
+    json_object_set_new(m, "owned_elements", json_integer((json_int_t)s->shard_len));
+    json_t *per = json_array();
+    for (int r = 0; table && r < world; r++) {
+        double b;
+        json_t *row = bytes_per_role(table + (size_t)r * MPX_ROLE_COUNT, s->numel, &b);
+        json_array_append_new(per, json_pack("{s:i, s:f, s:o}", "rank", r, "bytes_per_param", b, "bytes_by_role", row));
+    }
+    json_object_set_new(m, "per_rank", per);
+    return m;
 }
 
 static int run_dir(const mpx_session *s, const char *out_dir, int train, char *dir, size_t len)
@@ -102,10 +134,15 @@ static int save_model(mpx_session *s, const char *dir, char *err, size_t errlen)
     snprintf(final, sizeof final, "%s/checkpoint", dir);
     float *host = malloc(s->numel * 4);
     void *dev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->numel * 4, "checkpoint staging");
-    int rc = !host || !dev || mpx_mkdirs(tmp) ||
-             s->ops->cast(s->be, s->master.p ? s->master : s->weights, mpx_a(dev, MPX_F32), s->numel) ||
-             s->ops->to_host(s->be, host, dev, s->numel * 4);
-    if (rc) snprintf(err, errlen, "cannot stage the weights for saving in %s", tmp);
+    int rc = !host || !dev;
+    if (rc) snprintf(err, errlen, "out of memory staging the weights for saving in %s", tmp);
+    /* every rank takes part in gathering a partitioned master; rank 0 writes */
+    if (!rc && mpx_shard_gather_fp32(s, dev, err, errlen)) rc = -1;
+    if (!rc && s->rank != 0) { free(host); mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, dev); return 0; }
+    if (!rc && (mpx_mkdirs(tmp) || s->ops->to_host(s->be, host, dev, s->numel * 4))) {
+        snprintf(err, errlen, "cannot stage the weights for saving in %s", tmp);
+        rc = -1;
+    }
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     if (!rc && m->rec->vt.model.save(m->self, tmp, host, s->offsets)) {
         mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
@@ -124,15 +161,46 @@ static int save_model(mpx_session *s, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
+/* MPX_DUMP_FINAL_WEIGHTS=FILE: the trained fp32 master (or weights), numel raw floats
+ * in parameter order, from rank 0 (a test hook: runs compared element by element). */
+static int dump_final_weights(mpx_session *s, char *err, size_t errlen)
+{
+    const char *path = getenv("MPX_DUMP_FINAL_WEIGHTS");
+    if (!path || !*path) return 0;
+    float *host = malloc(s->numel * 4);
+    void *dev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->numel * 4, "final weights dump");
+    int rc = !host || !dev ? -1 : mpx_shard_gather_fp32(s, dev, err, errlen);
+    if (!rc && s->rank == 0) {
+        FILE *f = NULL;
+        if (s->ops->to_host(s->be, host, dev, s->numel * 4) || !(f = fopen(path, "wb")) ||
+            fwrite(host, 4, s->numel, f) != s->numel) {
+            snprintf(err, errlen, "MPX_DUMP_FINAL_WEIGHTS: cannot write %s", path);
+            rc = -1;
+        }
+        if (f && fclose(f)) rc = -1;
+    }
+    free(host);
+    if (dev) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
+    return rc;
+}
+
 /* Everything after the record exists; failures end up in the record. */
 static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int train, const char *from,
                           char *err, size_t errlen)
 {
     json_t *metrics = json_object_get(rec->root, "metrics");
     if (train && mpx_train_resume(s, t, rec, metrics, from, err, errlen)) return -1;
-    json_object_set_new(rec->root, "memory", memory_report(s));
-    if (train && save_model(s, rec->dir, err, errlen)) return -1;
-    if (t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1;
+    int world = s->world > 0 ? s->world : 1;
+    double *table = calloc((size_t)world * MPX_ROLE_COUNT, sizeof *table);
+    if (!table || mpx_shard_memory_table(s, table)) {
+        free(table);
+        snprintf(err, errlen, "gathering every rank's counted memory failed");
+        return -1;
+    }
+    json_object_set_new(rec->root, "memory", memory_report(s, table));
+    free(table);
+    if (train && (save_model(s, rec->dir, err, errlen) || dump_final_weights(s, err, errlen))) return -1;
+    if (s->rank == 0 && t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1; /* rank 0 evaluates */
     return 0;
 }
 
@@ -158,6 +226,12 @@ static int resume_args(mpx_cli *c, int train, const char *usage, char *from, siz
 static int run_session(const mpx_cli *cp, int argc, char **argv, int train, const char *what, const char *from)
 {
     mpx_cli c = *cp;
+    int env_rank = 0, launched = mpx_launch_world(&env_rank);
+    char ranks_kv[40];
+    if (join_overrides(&c, launched, ranks_kv, sizeof ranks_kv)) {
+        fprintf(stderr, "mpx %s: too many -s overrides\n", what);
+        return 2;
+    }
     mpx_session s;
     mpx_task t;
     memset(&t, 0, sizeof t);
@@ -173,12 +247,26 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
         mpx_session_close(&s);
         return 1;
     }
+    int64_t ranks = 1;
+    mpx_config_get_int(s.cfg, "run.ranks", &ranks);
+    if (!launched && ranks > 1) { /* start the ranks ourselves; they join */
+        mpx_session_close(&s);
+        return mpx_launch_ranks((int)ranks, what, argc, argv, dir);
+    }
     mpx_record rec;
     int rc = mpx_session_start(&s, err, sizeof err);
+    int rank = s.inst[MPX_KIND_COMM].self ? s.rank : env_rank;
+    if (!rc && launched > 1 && s.world != launched) {
+        snprintf(err, sizeof err, "started as %d ranks, but %s is a world of %d (comm.plugin = \"mpi\" joins the launch)",
+                 launched, s.inst[MPX_KIND_COMM].env.label, s.world);
+        rc = -1;
+    }
     json_t *root = new_root(&s, argc, argv, &c, what);
-    if (mpx_record_open(&rec, dir, root, mpx_metrics_columns, mpx_n_metrics_columns, err + 4096, 4096)) {
+    if (rank != 0) mpx_record_open_quiet(&rec, dir, root);
+    else if (mpx_record_open(&rec, dir, root, mpx_metrics_columns, mpx_n_metrics_columns, err + 4096, 4096)) {
         fprintf(stderr, "mpx %s: %s\n", what, err + 4096);
         json_decref(root);
+        fail_ranks(&s, rank, dir, err + 4096);
         mpx_session_close(&s);
         return 1;
     }
@@ -191,14 +279,18 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
                    : mpx_session_alloc_eval_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
     if (!rc) rc = train_and_eval(&s, &t, &rec, train, from, err, sizeof err);
-    if (!rc && train) mpx_train_state_remove(dir);
+    if (!rc && train && rank == 0) mpx_train_state_remove(dir);
     if (mpx_record_close(&rec, rc ? "failed" : "finished", rc ? err : NULL) != 0) {
         fprintf(stderr, "mpx %s: cannot write the record %s (or close %s/metrics.csv): %s\n", what, rec.json_path,
                 dir, strerror(errno));
         rc = 1;
     }
-    if (rc) fprintf(stderr, "mpx %s: %s\n", what, err);
-    else fprintf(stderr, "mpx %s: finished; record in %s/run.json\n", what, dir);
+    if (rc) {
+        fprintf(stderr, "mpx %s: %s%s\n", what, launched > 1 ? (rank ? "rank other than 0: " : "rank 0: ") : "", err);
+        fail_ranks(&s, rank, dir, err);
+    } else if (rank == 0) {
+        fprintf(stderr, "mpx %s: finished; record in %s/run.json\n", what, dir);
+    }
     json_decref(root);
     if (t.destroy) t.destroy(&t);
     mpx_session_close(&s);

@@ -21,6 +21,8 @@ static const mpx_option run_opts[] = {
     OPT("seed", MPX_OPT_INT, "42", RANGE(0, INFINITY), "the run's random seed"),
     OPT("max_memory", MPX_OPT_FLOAT, "0", RANGE(0, INFINITY),
         "bytes the model state may take (e.g. 8e9); 0 = the machine's physical memory"),
+    OPT("ranks", MPX_OPT_INT, "1", RANGE(1, 4096),
+        "data-parallel ranks; mpx run starts them with mpirun (--ranks N sets it; under an MPI launcher, the launched count)"),
 };
 
 static const mpx_option data_opts[] = {

@@ -131,7 +131,8 @@ static int count_underflow(mpx_diagnostics *d, mpx_session *s, mpx_arg g32, mpx_
         mpx_diag_group *x = &d->g[d->group_of[pc->param]];
         for (size_t o = 0; o < pc->len; o += CHUNK) {
             size_t n = pc->len - o < CHUNK ? pc->len - o : CHUNK;
-            if (s->ops->to_host(s->be, d->h_a, mpx_at(g32, pc->offset + o).p, n * 4)) return -1;
+            /* pieces are indexed from this rank's slice of the whole-model buffers */
+            if (s->ops->to_host(s->be, d->h_a, mpx_at(g32, s->shard_begin + pc->offset + o).p, n * 4)) return -1;
             const mpx_format *f = mpx_format_of(&s->fmts, storage);
             if (f) mpx_diag_underflow_fmt(d->h_a, n, f, &x->grad_nonzero, &x->underflow);
             else mpx_diag_underflow(d->h_a, n, storage, &x->grad_nonzero, &x->underflow);
@@ -181,8 +182,9 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
     size_t stride = pc->len / MAX_RATIOS + 1; /* sample for the median */
     for (size_t o = 0; o < pc->len; o += CHUNK) {
         size_t n = pc->len - o < CHUNK ? pc->len - o : CHUNK;
-        if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), pc->offset + o).p, n * ws) ||
-            s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, pc->offset + o).p, n * ws) ||
+        size_t w = s->shard_begin + pc->offset + o;
+        if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), w).p, n * ws) ||
+            s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, w).p, n * ws) ||
             s->ops->to_host(s->be, d->h_c, s->update + pc->offset + o, n * 4))
             return -1;
         mpx_diag_stalled(d->h_a, d->h_b, wt, d->h_c, n, &x->updated, &x->stalled);

@@ -142,13 +142,14 @@ static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *
 {
     mpx_session *s = impl(env)->s;
     if (!s->ops) return MPX_FAIL(env, "apply_update before the backend exists");
-    if (piece->offset + piece->len > s->numel)
-        return MPX_FAIL(env, "apply_update: piece [%zu, +%zu) is outside the %zu parameters",
-                        piece->offset, piece->len, s->numel);
+    if (piece->offset + piece->len > s->shard_len)
+        return MPX_FAIL(env, "apply_update: piece [%zu, +%zu) is outside this rank's %zu parameters",
+                        piece->offset, piece->len, s->shard_len);
     /* With a master copy the update lands in fp32 exactly as computed; the rounding mode
-     * acts when the master is written back to the weights. */
+     * acts when the master is written back to the weights. Pieces are indexed from this
+     * rank's slice (shard.h): the master and the Kahan buffer hold only the slice. */
     int has_master = s->master.p != NULL;
-    mpx_arg target = mpx_at(has_master ? s->master : s->weights, piece->offset);
+    mpx_arg target = has_master ? mpx_at(s->master, piece->offset) : mpx_at(s->weights, s->shard_begin + piece->offset);
     mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, piece->offset) : (mpx_arg){ NULL, target.t };
     mpx_rounding mode = has_master ? MPX_ROUND_NEAREST : s->prec.rounding;
     mpx_rng rng = { s->seed, piece->site, s->tick, piece->tensor_offset };

@@ -145,6 +145,7 @@ static void disarm_crash(void)
 int mpx_record_sync(mpx_record *r)
 {
     char when[32];
+    if (!r->json_path[0]) return 0; /* a rank other than 0: no files */
     json_object_set_new(r->root, "updated", json_string(mpx_now_iso(when, sizeof when)));
     if (mpx_write_json_atomic(r->json_path, r->root) != 0) return -1;
     if (crash.armed || crash.head) render_crash(r);
@@ -155,6 +156,11 @@ int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *co
                     size_t n_columns, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
+    if (!dir) { /* in memory only (ranks other than 0) */
+        r->root = root;
+        json_object_set_new(root, "status", json_string("running"));
+        return 0;
+    }
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->json_path, sizeof r->json_path, "%s/run.json", dir);
     if (mpx_mkdirs(dir) != 0) {
@@ -189,6 +195,7 @@ int mpx_record_row(mpx_record *r, const double *values)
     /* one buffered line, flushed whole: a crash tears at most the last line */
     char line[4096];
     size_t used = 0;
+    if (!r->csv) return r->json_path[0] ? -1 : 0;
     for (size_t i = 0; i < r->n_columns && used < sizeof line - 40; i++) {
         if (i) line[used++] = ',';
         if (!isnan(values[i]))
@@ -210,6 +217,6 @@ int mpx_record_close(mpx_record *r, const char *status, const char *error)
     json_object_set_new(r->root, "error", error ? json_string(error) : json_null());
     json_object_set_new(r->root, "finished", json_string(mpx_now_iso(when, sizeof when)));
     json_object_set_new(r->root, "updated", json_string(when));
-    if (mpx_write_json_atomic(r->json_path, r->root) != 0) rc = -1;
+    if (r->json_path[0] && mpx_write_json_atomic(r->json_path, r->root) != 0) rc = -1;
     return rc;
 }

@@ -21,7 +21,8 @@ typedef struct mpx_record {
 } mpx_record;
 
 /* Create `dir` (and parents), start metrics.csv with `columns`, write run.json with
- * status "running", and arm the crash handler. */
+ * status "running", and arm the crash handler. dir NULL: a record kept in memory only,
+ * writing no file (the ranks other than 0 of a multi-rank run). */
 int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *const *columns,
                     size_t n_columns, char *err, size_t errlen);
 

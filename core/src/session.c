@@ -9,6 +9,7 @@
 #include "decay.h"
 #include "memory_plan.h"
 #include "session.h"
+#include "shard.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
 
@@ -185,8 +186,11 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     if (mpx_session_precision(s, err, errlen)) return -1;
     mpx_instance *c = &s->inst[MPX_KIND_COMM];
     START(MPX_KIND_COMM, c->rec->vt.comm.create(&c->env.pub, &c->self));
+    s->rank = c->rec->vt.comm.rank(c->self);
+    s->world = c->rec->vt.comm.world(c->self);
     mpx_instance *z = &s->inst[MPX_KIND_ZERO];
     START(MPX_KIND_ZERO, z->rec->vt.zero.create(&z->env.pub, &z->self));
+    s->stage = z->rec->vt.zero.stage(z->self);
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     START(MPX_KIND_MODEL, m->rec->vt.model.create(&m->env.pub, &m->self));
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
@@ -288,19 +292,21 @@ static int plan_pieces(mpx_session *s, char *err, size_t errlen)
 static int fill_weights(mpx_session *s, char *err, size_t errlen)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
-    float *host = calloc(s->numel, sizeof *host);
+    float *host = calloc(s->numel_pad, sizeof *host);
     if (!host) { snprintf(err, errlen, "out of memory for the initial weights"); return -1; }
     int rc = m->rec->vt.model.init_weights(m->self, host, s->offsets, s->seed);
     if (rc) { free(host); mpx_session_error(s, MPX_KIND_MODEL, err, errlen); return -1; }
-    float *dev = must_alloc(s, MPX_ROLE_SCRATCH, s->numel * 4, "initial fp32 weights", err, errlen);
+    float *dev = must_alloc(s, MPX_ROLE_SCRATCH, s->numel_pad * 4, "initial fp32 weights", err, errlen);
     if (!dev) { free(host); return -1; }
-    rc = s->ops->to_device(s->be, dev, host, s->numel * 4);
+    rc = s->ops->to_device(s->be, dev, host, s->numel_pad * 4);
     free(host);
-    if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), s->weights, s->numel);
-    /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master */
+    if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), s->weights, s->numel_pad);
+    /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master;
+     * the master holds this rank's slice only */
     if (!rc && s->master.p)
-        rc = s->prec.upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? s->ops->cast(s->be, s->weights, s->master, s->numel)
-                                                              : s->ops->copy(s->be, s->master.p, dev, s->numel * 4);
+        rc = s->prec.upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS
+                 ? s->ops->cast(s->be, mpx_at(s->weights, s->shard_begin), s->master, s->shard_len)
+                 : s->ops->copy(s->be, s->master.p, dev + s->shard_begin, s->shard_len * 4);
     s->inst[MPX_KIND_BACKEND].env.pub.host->release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
     if (rc) mpx_session_error(s, MPX_KIND_BACKEND, err, errlen);
     return rc;
@@ -330,7 +336,7 @@ static int fill_and_bind(mpx_session *s, int max_batch, int max_seq, char *err, 
 static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
     const mpx_precision_desc *d = &s->prec;
-    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
+    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel_pad * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
     s->grads = mpx_a(NULL, d->grads);
     return fill_and_bind(s, max_batch, max_seq, err, errlen);
@@ -338,29 +344,40 @@ static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *er
 
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
-    if (!s->offsets && plan_pieces(s, err, errlen)) return -1;
+    if ((!s->offsets && plan_pieces(s, err, errlen)) || mpx_shard_plan(s, err, errlen)) return -1;
     return alloc_eval_state(s, max_batch, max_seq, err, errlen);
 }
 
 int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
-    if (mpx_session_plan(s, err, errlen)) return -1;
+    if (mpx_session_plan(s, err, errlen) || mpx_shard_plan(s, err, errlen)) return -1;
     const mpx_precision_desc *d = &s->prec;
-    size_t n = s->numel;
+    /* weights, grads and the accumulator are whole on every rank (padded to a multiple of
+     * the world size); master, optimizer state and the Kahan buffer only this rank's
+     * slice; from stage 2 the whole-model grads are the reduction bucket backward writes
+     * and the reduced slice is kept apart (shard.h) */
+    size_t n = s->numel_pad, sh = s->shard_len;
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, n * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
-    s->grads = mpx_a(must_alloc(s, MPX_ROLE_GRADS, n * mpx_dtype_size(d->grads), "grads", err, errlen), d->grads);
+    int bucket = s->stage >= 2;
+    s->grads = mpx_a(must_alloc(s, bucket ? MPX_ROLE_SCRATCH : MPX_ROLE_GRADS, n * mpx_dtype_size(d->grads),
+                                bucket ? "gradient reduction bucket" : "grads", err, errlen), d->grads);
     if (!s->grads.p) return -1;
     if (d->grad_acc != MPX_DTYPE_NONE && d->grad_acc != d->grads) {
         s->grad_acc = mpx_a(must_alloc(s, MPX_ROLE_GRAD_ACC, n * mpx_dtype_size(d->grad_acc), "grad accumulator", err, errlen), d->grad_acc);
         if (!s->grad_acc.p) return -1;
     }
+    if (bucket) {
+        mpx_dtype t = s->grad_acc.p ? s->grad_acc.t : s->grads.t;
+        s->grad_shard = mpx_a(must_alloc(s, MPX_ROLE_GRADS, sh * mpx_dtype_size(t), "grads (owned slice)", err, errlen), t);
+        if (!s->grad_shard.p) return -1;
+    }
     if (d->master != MPX_DTYPE_NONE) {
-        s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, n * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);
+        s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, sh * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);
         if (!s->master.p) return -1;
     }
     if (d->rounding == MPX_ROUND_KAHAN && d->master == MPX_DTYPE_NONE) {
-        s->comp = mpx_a(must_alloc(s, MPX_ROLE_COMPENSATION, n * mpx_dtype_size(d->weights), "Kahan compensation", err, errlen), d->weights);
+        s->comp = mpx_a(must_alloc(s, MPX_ROLE_COMPENSATION, sh * mpx_dtype_size(d->weights), "Kahan compensation", err, errlen), d->weights);
         if (!s->comp.p) return -1;
     }
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
@@ -370,15 +387,15 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
         return -1;
     }
     for (int i = 0; i < s->n_state; i++) {
-        s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, n * mpx_dtype_size(d->opt_state), "optimizer state", err, errlen), d->opt_state);
+        s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, sh * mpx_dtype_size(d->opt_state), "optimizer state", err, errlen), d->opt_state);
         if (!s->state[i].p) return -1;
     }
-    /* The optimizer reads an fp32, unscaled gradient: the grads themselves when they are
-     * fp32 and accumulate in place, else a transient copy. */
-    if (d->grads == MPX_F32 && !s->grad_acc.p) s->grad32 = s->grads.p;
-    else if (s->grad_acc.p && s->grad_acc.t == MPX_F32) s->grad32 = s->grad_acc.p;
-    else if (!(s->grad32 = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "fp32 gradient", err, errlen))) return -1;
-    if (!(s->update = must_alloc(s, MPX_ROLE_SCRATCH, n * 4, "optimizer update", err, errlen))) return -1;
+    /* The optimizer reads an fp32, unscaled gradient slice: the reduced slice itself when
+     * it is fp32, else a transient copy. */
+    mpx_arg red = mpx_shard_reduced(s);
+    if (red.t == MPX_F32) s->grad32 = red.p;
+    else if (!(s->grad32 = must_alloc(s, MPX_ROLE_SCRATCH, sh * 4, "fp32 gradient", err, errlen))) return -1;
+    if (!(s->update = must_alloc(s, MPX_ROLE_SCRATCH, sh * 4, "optimizer update", err, errlen))) return -1;
     return fill_and_bind(s, max_batch, max_seq, err, errlen);
 }
 

@@ -60,7 +60,14 @@ struct mpx_session {
     float *grad32, *update;  /* transient fp32 gradient and update (scratch) */
     mpx_piece *pieces;
     size_t n_pieces;
-    uint32_t tick;           /* step * accumulation + micro-batch */
+    uint32_t tick;           /* the window's micro-batch: (step * accumulation + micro) * ranks + rank (shard.h) */
+
+    /* data parallelism (shard.h): this rank's slice of the flat state */
+    int rank, world, stage;
+    size_t numel_pad;        /* numel rounded up to a multiple of the world size */
+    size_t shard_begin, shard_len; /* the owned range [begin, begin + len) of numel_pad */
+    mpx_arg grad_shard;      /* stage 2: this rank's reduced gradient slice */
+    mpx_arg comm_buf;        /* the gradient in precision.comm_dtype when it differs */
     void *src_keep;          /* the schema source the config points to */
 };
 

@@ -12,7 +12,9 @@
 #include "clip.h"
 #include "diagnostics.h"
 #include "loss_scaler.h"
+#include "launch.h"
 #include "schedule_glue.h"
+#include "shard.h"
 #include "train_state.h"
 
 typedef struct train_cfg {
@@ -78,9 +80,12 @@ static double now_s(void)
 
 /* The fault hook: MPX_FAULT_AT_STEP=N dies at the start of step N (0-based) on SIGABRT,
  * as a crash would, after the record says which step it reached; with
- * MPX_FAULT_SIGNAL=KILL on SIGKILL, as the OOM killer would (the record stays "running"). */
-static void maybe_fault(int64_t step, mpx_record *rec)
+ * MPX_FAULT_SIGNAL=KILL on SIGKILL, as the OOM killer would (the record stays "running");
+ * with MPX_FAULT_RANK=R only rank R dies, leaving its error beside the record. */
+static void maybe_fault(int64_t step, mpx_record *rec, int rank)
 {
+    const char *only = getenv("MPX_FAULT_RANK");
+    if (only && *only && strtol(only, NULL, 10) != rank) return;
     static int64_t fault = -2;
     if (fault == -2) {
         const char *e = getenv("MPX_FAULT_AT_STEP");
@@ -89,15 +94,23 @@ static void maybe_fault(int64_t step, mpx_record *rec)
     if (step != fault) return;
     mpx_record_sync(rec);
     const char *sig = getenv("MPX_FAULT_SIGNAL"); /* KILL: as the OOM killer, no handler runs */
-    fprintf(stderr, "mpx: MPX_FAULT_AT_STEP=%lld: dying now%s\n", (long long)step, sig && !strcmp(sig, "KILL") ? " (SIGKILL)" : "");
-    if (sig && !strcmp(sig, "KILL")) raise(SIGKILL);
+    int kill9 = sig && !strcmp(sig, "KILL");
+    char msg[128];
+    snprintf(msg, sizeof msg, "MPX_FAULT_AT_STEP=%lld: died at step %lld on %s", (long long)step, (long long)step,
+             kill9 ? "SIGKILL" : "SIGABRT");
+    if (rank != 0) mpx_launch_rank_error(rec->dir, rank, msg);
+    fprintf(stderr, "mpx: MPX_FAULT_AT_STEP=%lld: dying now%s\n", (long long)step, kill9 ? " (SIGKILL)" : "");
+    if (kill9) raise(SIGKILL);
     abort();
 }
 
 /* MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]: an inf in the first gradient element at those
- * steps (after backward), to test loss-scale handling end to end. */
-static int injects_overflow(int64_t step)
+ * steps (after backward), to test loss-scale handling end to end; with
+ * MPX_INJECT_OVERFLOW_RANK=R only on rank R (every rank must still skip). */
+static int injects_overflow(int64_t step, int rank)
 {
+    const char *r = getenv("MPX_INJECT_OVERFLOW_RANK");
+    if (r && *r && strtol(r, NULL, 10) != rank) return 0;
     const char *e = getenv("MPX_INJECT_OVERFLOW_AT_STEP");
     while (e && *e) {
         char *end;
@@ -143,20 +156,24 @@ static float backward_seed(const mpx_session *s, double scale, int64_t accum)
     return round_to(t, r / (float)accum);
 }
 
-/* Forward and backward over the accumulation micro-batches; returns the mean loss. */
+/* Forward and backward over this rank's micro-batches of the global batch (shard.h);
+ * returns the mean loss over every rank's micro-batches. */
 static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, double scale,
                       mpx_diagnostics *diag, double *loss, int64_t *tokens, char *err, size_t errlen)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     const mpx_model_vtable *mv = &m->rec->vt.model;
-    *loss = 0;
-    *tokens = 0;
-    const float seed = backward_seed(s, scale, c->accum);
-    for (int64_t micro = 0; micro < c->accum; micro++) {
-        s->tick = (uint32_t)(step * c->accum + micro);
+    int64_t world = s->world > 0 ? s->world : 1, n_global = c->accum * world;
+    double sums[2] = { 0, 0 }; /* loss, tokens */
+    const float seed = backward_seed(s, scale, n_global);
+    for (int64_t g = 0; g < n_global; g++) {
         mpx_batch b;
         int64_t tok = 0;
+        /* every rank reads every micro-batch, so the data order is one rank's */
         if (t->next(t, s, (int)c->batch, &b, &tok, err, errlen)) return -1;
+        if (g / c->accum != s->rank) continue;
+        int64_t micro = g % c->accum;
+        s->tick = (uint32_t)(step * n_global + g);
         b.tick = s->tick;
         b.training = 1;
         mpx_forward_out fo = { .size = sizeof fo };
@@ -176,9 +193,17 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
             snprintf(err, errlen, "step %lld: accumulating gradients failed", (long long)step);
             return -1;
         }
-        *loss += fo.loss / (double)c->accum;
-        *tokens += tok;
+        sums[0] += fo.loss / (double)n_global;
+        sums[1] += (double)tok;
     }
+    /* the update's tick (stochastic rounding) is the step's last micro-batch on every rank */
+    s->tick = (uint32_t)(step * n_global + n_global - 1);
+    if (world > 1 && mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, sums, 2)) {
+        snprintf(err, errlen, "step %lld: reducing the loss over the ranks failed", (long long)step);
+        return -1;
+    }
+    *loss = sums[0];
+    *tokens = (int64_t)sums[1];
     return 0;
 }
 
@@ -187,19 +212,24 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
 static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double *norm,
                         char *err, size_t errlen)
 {
-    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
+    mpx_arg red = mpx_shard_reduced(s);
     mpx_arg g32 = mpx_a(s->grad32, MPX_F32);
+    size_t n = s->shard_len;
     int rc = 0;
-    if (g32.p != acc.p) rc = s->ops->cast(s->be, acc, g32, s->numel);
-    if (!rc && scale != 1.0) rc = s->ops->scale(s->be, g32, (float)(1.0 / scale), s->numel);
+    if (g32.p != red.p) rc = s->ops->cast(s->be, red, g32, n);
+    if (!rc && scale != 1.0) rc = s->ops->scale(s->be, g32, (float)(1.0 / scale), n);
     if (rc) {
         snprintf(err, errlen, "unscaling the gradient into fp32 failed");
         return rc;
     }
-    mpx_grad_buf buf = { g32, s->numel };
-    double coef;
-    return mpx_clip_grad_norm(s->ops, s->be, &buf, 1, c->clip, mpx_core_host.allreduce_sum,
-                              &s->inst[MPX_KIND_COMM].env.pub, norm, &coef, err, errlen);
+    /* each rank adds its equal slice's squares (shard.h), the clip acts on its own slice */
+    size_t off, len;
+    mpx_shard_norm_slice(s, &off, &len);
+    mpx_grad_buf part = { mpx_at(g32, off), len }, all = { g32, n };
+    if (mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum,
+                      &s->inst[MPX_KIND_COMM].env.pub, norm, err, errlen))
+        return -1;
+    return mpx_clip_by_norm(s->ops, s->be, &all, 1, c->clip, *norm, NULL, err, errlen);
 }
 
 /* The fp32 master copy into the 16-bit weights. Nearest (and Kahan, whose compensation
@@ -209,16 +239,17 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
  * so weights + u is the master value, then rounded stochastically. */
 static int write_back_master(mpx_session *s)
 {
+    mpx_arg w = mpx_at(s->weights, s->shard_begin); /* this rank's slice */
     if (s->prec.rounding != MPX_ROUND_STOCHASTIC || s->weights.t == MPX_F32)
-        return s->ops->cast(s->be, s->master, s->weights, s->numel);
+        return s->ops->cast(s->be, s->master, w, s->shard_len);
     mpx_arg u = mpx_a(s->update, MPX_F32); /* free once the optimizer has applied it */
-    if (s->ops->cast(s->be, s->weights, u, s->numel) ||
-        s->ops->axpby(s->be, 1.0f, s->master, -1.0f, u, s->numel))
+    if (s->ops->cast(s->be, w, u, s->shard_len) ||
+        s->ops->axpby(s->be, 1.0f, s->master, -1.0f, u, s->shard_len))
         return -1;
     for (size_t i = 0; i < s->n_pieces; i++) {
         const mpx_piece *p = &s->pieces[i];
         mpx_rng rng = { s->seed, p->site, s->tick, p->tensor_offset };
-        if (s->ops->apply_update(s->be, mpx_at(s->weights, p->offset), mpx_a(NULL, s->weights.t),
+        if (s->ops->apply_update(s->be, mpx_at(w, p->offset), mpx_a(NULL, s->weights.t),
                                  s->update + p->offset, p->len, MPX_ROUND_STOCHASTIC, rng))
             return -1;
     }
@@ -230,7 +261,7 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = update_no,
-                        .param = s->master.p ? s->master : s->weights,
+                        .param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin),
                         .grad = s->grad32, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
     if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
@@ -243,7 +274,7 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
         return -1;
     }
     mpx_instance *z = &s->inst[MPX_KIND_ZERO], *c = &s->inst[MPX_KIND_COMM];
-    if (z->rec->vt.zero.gather_weights(z->self, c->self, &c->rec->vt.comm, s->weights, s->numel)) {
+    if (z->rec->vt.zero.gather_weights(z->self, c->self, &c->rec->vt.comm, s->weights, s->numel_pad)) {
         mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
         return -1;
     }
@@ -258,10 +289,10 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
 {
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
-                        .lr = lr, .step = 1, .param = s->master.p ? s->master : s->weights,
+                        .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin),
                         .grad = s->grad32, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
-    if (s->ops->fill_zero(s->be, s->grad32, s->numel * sizeof(float))) {
+    if (s->ops->fill_zero(s->be, s->grad32, s->shard_len * sizeof(float))) {
         snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");
         return -1;
     }
@@ -275,9 +306,9 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
 
 static int check_overflow(mpx_session *s, int *overflow)
 {
-    size_t bad = 0;
-    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
-    if (s->ops->count_nonfinite(s->be, acc, s->numel, &bad)) return -1;
+    size_t bad = 0, off, len;
+    mpx_shard_norm_slice(s, &off, &len);
+    if (s->ops->count_nonfinite(s->be, mpx_at(mpx_shard_reduced(s), off), len, &bad)) return -1;
     double flag = bad ? 1.0 : 0.0; /* every rank skips the same step */
     if (mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1)) return -1;
     *overflow = flag > 0;
@@ -299,12 +330,7 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
     if (!diag) diag = &off;
     if (mpx_diag_begin_step(diag, s, step, step + 1)) { snprintf(err, errlen, "diagnostics failed"); return -1; }
     if (accumulate(s, t, &c, step, scale, diag, loss, &tokens, err, errlen)) return -1;
-    mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
-    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
-    if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
-        mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
-        return -1;
-    }
+    if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
     if (check_overflow(s, skipped)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
     if (!*skipped) {
         if (prepare_grad(s, &c, scale, &norm, err, errlen) || mpx_diag_before_update(diag, s) ||
@@ -326,7 +352,6 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
                        mpx_train_progress *pr, json_t *metrics, char *err, size_t errlen)
 {
     const train_cfg c = *cp;
-    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *cm = &s->inst[MPX_KIND_COMM];
     json_t *trace = pr->trace, *losses = pr->losses, *overflows = pr->overflows;
     double t0 = now_s() - pr->elapsed, first_loss = pr->first_loss, last_loss = pr->last_loss;
     int64_t updates = pr->updates, skipped = pr->skipped, tokens_total = pr->tokens_total;
@@ -336,21 +361,18 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
     if (init_steps && pr->step == 0 && mpx_train_init_step(s, sched->base_lr, err, errlen)) return -1;
     for (int64_t step = pr->step; step < total; step++) {
         json_object_set_new(progress_j, "step", json_integer(step));
-        maybe_fault(step, rec);
+        maybe_fault(step, rec, s->rank);
         double ts = now_s(), loss, norm = NAN, lr = mpx_lr_at(sched, step, updates);
         int64_t tokens;
         double scale = lsp->scale;
         if (mpx_diag_begin_step(diag, s, step, total)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
         if (accumulate(s, t, &c, step, scale, diag, &loss, &tokens, err, errlen)) return -1;
         mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
-        if (injects_overflow(step) && inject_inf(s, acc)) {
+        if (injects_overflow(step, s->rank) && inject_inf(s, acc)) {
             snprintf(err, errlen, "step %lld: cannot inject the overflow", (long long)step);
             return -1;
         }
-        if (z->rec->vt.zero.reduce_grads(z->self, cm->self, &cm->rec->vt.comm, acc, s->numel)) {
-            mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
-            return -1;
-        }
+        if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
         int overflow = 0, skip = 0;
         if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
         if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
@@ -385,7 +407,7 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
             snprintf(err, errlen, "step %lld: cannot write %s: %s", (long long)step, rec->json_path, strerror(errno));
             return -1;
         }
-        if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
+        if (s->rank == 0 && c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
             json_t *m = json_object();
             if (t->evaluate(t, s, m, NULL, err, errlen)) { json_decref(m); return -1; }
             json_object_set_new(m, "step", json_integer(step + 1));
@@ -426,6 +448,11 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
 {
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
+    if (s->world > 1 && (from || c.checkpoint_every > 0)) {
+        /* the training state would hold one rank's slices: not written yet */
+        snprintf(err, errlen, "train.checkpoint_every and --resume need one rank (run.ranks = %d)", s->world);
+        return -1;
+    }
     int64_t total;
     if (mpx_train_count_steps(s, t->n_train, &total, err, errlen)) return -1;
     mpx_loss_scaler ls;
@@ -435,8 +462,8 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
     json_t *progress_j = json_object();
     json_object_set_new(rec->root, "progress", progress_j);
     json_object_set_new(progress_j, "total_steps", json_integer(total));
-    mpx_diagnostics diag;
-    if (mpx_diag_open(&diag, s, rec->dir, err, errlen)) {
+    mpx_diagnostics diag = { 0 }; /* rank 0's: of its slice of the state, beside its record */
+    if (s->rank == 0 && mpx_diag_open(&diag, s, rec->dir, err, errlen)) {
         mpx_diag_close(&diag, s);
         mpx_lr_schedule_close(&sched);
         return -1;

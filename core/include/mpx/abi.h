@@ -24,8 +24,9 @@
  *  1.2  number formats and scaling (mpx/formats.h);
  *  1.3  per-parameter GEMM dtypes (precision param_gemm, host param_gemm_dtype);
  *  1.4  mpx_ops: `flags` (MPX_OPS_DEVICE_MEMORY) and `fused_update` (optimizers on
- *       device memory), added with the cuda backend. */
-#define MPX_ABI_MINOR 4
+ *       device memory), added with the cuda backend;
+ *  1.5  mpx_comm_vtable.abort (optional): end every rank after one failed. */
+#define MPX_ABI_MINOR 5
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -14,13 +14,18 @@ typedef struct mpx_comm_vtable {
     int (*rank)(void *self);
     int (*world)(void *self);
     int (*allreduce)(void *self, mpx_arg buf, size_t n, mpx_reduce_op op);
-    /* recv gets this rank's n/world slice of the reduced send */
+    /* recv gets this rank's n_per_rank slice of the reduced send (world × n_per_rank);
+     * send's other slices are unspecified afterwards (comm/mpi sums in place) */
     int (*reduce_scatter)(void *self, mpx_arg send, mpx_arg recv, size_t n_per_rank);
     int (*allgather)(void *self, mpx_arg send, mpx_arg recv, size_t n_per_rank);
     int (*broadcast)(void *self, mpx_arg buf, size_t n, int root);
     int (*barrier)(void *self);
     /* host-side doubles (norms, overflow flags) */
     int (*allreduce_host)(void *self, double *vals, size_t n, mpx_reduce_op op);
+
+    /* ABI 1.1 (optional, NULL in 1.0 plugins): end every rank of the run now, after this
+     * rank failed, so that no other rank waits forever in a collective. */
+    void (*abort)(void *self, int code);
 } mpx_comm_vtable;
 
 #endif
