@@ -10,3 +10,8 @@ BENCHES += $(BUILD)/bench/bench_padding
 $(BUILD)/bench/bench_padding: $(BUILD)/obj/tests/bench_padding.o $(BUILD)/lib/libmpx.a
 	@mkdir -p $(@D)
 	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(PKG_LIBS) -ldl -lm -lpthread
+# bench_ranks: MiniLM step time at 1 and 2 ranks (comm/mpi) and the scaling efficiency.
+BENCHES += $(BUILD)/bench/bench_ranks
+$(BUILD)/bench/bench_ranks: tests/bench_ranks.sh $(BUILD)/bin/mpx $(PLUGINS)
+	@mkdir -p $(@D)
+	cp tests/bench_ranks.sh $@ && chmod +x $@

@@ -123,6 +123,10 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
         snprintf(path, sizeof path, "%s/rank-%d.error", dir, r);
         unlink(path);
     }
+    /* OpenMPI 4 races on its shared session folder when two mpiruns start at once (a
+     * sweep, another user): each launch gets its own */
+    char session[] = "/tmp/mpx-mpirun-XXXXXX";
+    if (!mkdtemp(session)) { fprintf(stderr, "mpx %s: cannot create a folder for mpirun: %s\n", what, strerror(errno)); free(av); return 1; }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) { fprintf(stderr, "mpx %s: fork: %s\n", what, strerror(errno)); free(av); return 1; }
@@ -130,6 +134,7 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
         /* OpenMPI refuses root unless told; only for this child */
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        setenv("OMPI_MCA_orte_tmpdir_base", session, 1);
         execvp("mpirun", av);
         fprintf(stderr, "mpx %s: cannot start mpirun for %d ranks: %s (install openmpi-bin)\n", what, ranks, strerror(errno));
         _exit(127);
@@ -139,6 +144,9 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char rm[64];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", session);
+    if (system(rm) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s\n", what, session);
     if (code == 0) return 0;
     mark_failed(dir, ranks, code);
     return 1;

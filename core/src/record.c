@@ -152,15 +152,18 @@ int mpx_record_sync(mpx_record *r)
     return 0;
 }
 
+void mpx_record_open_quiet(mpx_record *r, const char *dir, json_t *root)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    r->root = root;
+    json_object_set_new(root, "status", json_string("running"));
+}
+
 int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *const *columns,
                     size_t n_columns, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    if (!dir) { /* in memory only (ranks other than 0) */
-        r->root = root;
-        json_object_set_new(root, "status", json_string("running"));
-        return 0;
-    }
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->json_path, sizeof r->json_path, "%s/run.json", dir);
     if (mpx_mkdirs(dir) != 0) {

@@ -21,10 +21,13 @@ typedef struct mpx_record {
 } mpx_record;
 
 /* Create `dir` (and parents), start metrics.csv with `columns`, write run.json with
- * status "running", and arm the crash handler. dir NULL: a record kept in memory only,
- * writing no file (the ranks other than 0 of a multi-rank run). */
+ * status "running", and arm the crash handler. */
 int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *const *columns,
                     size_t n_columns, char *err, size_t errlen);
+
+/* A record kept in memory only, writing no file (rows, syncs and close do nothing on
+ * disk): the ranks other than 0 of a multi-rank run. r->dir is still `dir`. */
+void mpx_record_open_quiet(mpx_record *r, const char *dir, json_t *root);
 
 /* Append one metrics row (values in column order; NaN written as empty). */
 int mpx_record_row(mpx_record *r, const double *values);

@@ -1,0 +1,287 @@
+/* Data-parallel ranks over OpenMPI (comm/mpi, zero/stage1..2, mpx run --ranks):
+ *  - the ring all-reduce rounds once per hop, in NCCL's order (hand-derived bit patterns
+ *    that summing in fp32 and rounding once cannot give);
+ *  - for every policy, stages 1 and 2 at 2 and 3 ranks give bitwise the loss curve and
+ *    final weights of stage 0 at that rank count (the same ring chunks, so every
+ *    element is summed in the same order), on the toy and on the tiny BERT;
+ *  - stage 0 at N ranks matches one rank with N times the accumulation (the same
+ *    windows, the same dropout ticks) within an fp32 tolerance;
+ *  - counted bytes per parameter equal the ZeRO formulas with each policy's buffers;
+ *  - an overflow on one rank makes every rank skip; a dying rank fails the run, with
+ *    its error in the record; a run started by mpirun joins. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+#include "test_ranks.h"
+
+/* ---- the collectives --------------------------------------------------------------- */
+
+/* The values of R<rank> <name> ... on every rank (asserting they agree), in out. */
+static size_t line_values(const char *text, const char *name, int world, unsigned long *out, size_t cap)
+{
+    size_t n = 0;
+    for (int r = 0; r < world; r++) {
+        char key[64];
+        snprintf(key, sizeof key, "R%d %s ", r, name);
+        const char *p = strstr(text, key);
+        cr_assert_not_null(p, "no line '%s' in:\n%s", key, text);
+        p += strlen(key);
+        size_t k = 0;
+        unsigned long v[64];
+        while (*p && *p != '\n' && k < 64) {
+            char *end;
+            v[k++] = strtoul(p, &end, 16);
+            p = end;
+        }
+        if (r == 0) { memcpy(out, v, k * sizeof *v); n = k; }
+        else for (size_t i = 0; i < k && i < cap; i++) cr_expect_eq(v[i], out[i], "%s: rank %d differs from rank 0 at %zu", name, r, i);
+    }
+    return n;
+}
+
+Test(ranks, ring_allreduce_rounds_per_hop_in_nccl_order, .timeout = 120)
+{
+    static char out[65536];
+    int rc = ts_sh(out, sizeof out, TR_MPIRUN " -np 3 build/tests/bin/ranks_ring_check 2>&1");
+    cr_assert_eq(rc, 0, "ranks_ring_check failed:\n%s", out);
+    /* Element i gets 1.0 from one rank and half an ulp of 1.0 from the two others; in
+     * NCCL's order the big value is added at position i mod 3. Added first or second, every
+     * half-ulp meets 1.0 alone and rounds back to it (tie to even): 1.0. Added last, the two
+     * half-ulps have summed exactly to one ulp first: 1 + ulp. Summing in fp32 and rounding
+     * once gives 1 + ulp everywhere. */
+    static const char *const names[] = { "f16", "bf16", "f32" };
+    static const unsigned long one[] = { 0x3c00, 0x3f80, 0x3f800000 };
+    for (int k = 0; k < 3; k++) {
+        unsigned long v[64];
+        char name[32];
+        snprintf(name, sizeof name, "sum_%s", names[k]);
+        size_t n = line_values(out, name, 3, v, 64);
+        cr_assert_eq(n, 7);
+        for (size_t i = 0; i < n; i++)
+            cr_expect_eq(v[i], one[k] + (i % 3 == 2), "%s[%zu] = %#lx, want %#lx", name, i, v[i], one[k] + (i % 3 == 2));
+        /* reduce-scatter: rank r's recv is chunk r of the same pattern */
+        snprintf(name, sizeof name, "rs_%s", names[k]);
+        for (int r = 0; r < 3; r++) {
+            char key[64];
+            snprintf(key, sizeof key, "R%d %s ", r, name);
+            const char *p = strstr(out, key);
+            cr_assert_not_null(p, "no %s", key);
+            p += strlen(key);
+            for (int j = 0; j < 3; j++) {
+                char *end;
+                unsigned long x = strtoul(p, &end, 16);
+                p = end;
+                cr_expect_eq(x, one[k] + (j == 2), "%s rank %d [%d] = %#lx", name, r, j, x);
+            }
+        }
+        snprintf(name, sizeof name, "ag_%s", names[k]);
+        n = line_values(out, name, 3, v, 64);
+        cr_assert_eq(n, 6);
+        for (size_t i = 0; i < n; i++) cr_expect_eq(v[i], 0x100 * (i / 2) + i % 2 + 1, "%s[%zu]", name, i);
+    }
+    unsigned long b[2];
+    cr_assert_eq(line_values(out, "bcast", 3, b, 2), 2);
+    cr_expect_eq(b[0], 2);
+    cr_expect_eq(b[1], 0xabcd0002);
+    /* host values in rank order: (1e16 + 1) - 1e16 = 0 (1e16 + 1 ties back to 1e16); a
+     * pairwise or other order could give 1 */
+    for (int r = 0; r < 3; r++) {
+        char key[16];
+        snprintf(key, sizeof key, "R%d host ", r);
+        const char *p = strstr(out, key);
+        cr_assert_not_null(p);
+        double s, m;
+        cr_assert_eq(sscanf(p + strlen(key), "%lf %lf", &s, &m), 2);
+        cr_expect_eq(s, 0.0, "rank %d: host sum %.17g", r, s);
+        cr_expect_eq(m, 2.0, "rank %d: host max %.17g", r, m);
+    }
+}
+
+/* ---- whole runs: every stage equals stage 0 ---------------------------------------- */
+
+/* Bytes per element of each policy's buffers (docs/PRECISION-POLICIES.md), Adam. */
+typedef struct policy_bytes { const char *name; int w, g, acc, master, state; } policy_bytes;
+static const policy_bytes policies[] = {
+    { "fp32", 4, 4, 0, 0, 4 }, { "amp", 4, 4, 0, 0, 4 }, { "fp16-scaled", 2, 2, 0, 4, 4 },
+    { "bf16-master", 2, 2, 4, 4, 4 }, { "pure-bf16", 2, 2, 0, 0, 2 },
+};
+
+/* The ZeRO paper's per-rank model state (stage 1: 4 + 12/N for mixed precision; stage 2:
+ * 2 + 14/N) with each policy's own buffers: weights (and grads below stage 2) and the
+ * accumulator whole, the rest over N; P is the parameter count padded to a multiple of N. */
+static double formula(const policy_bytes *p, int stage, int ranks, double numel, double padded)
+{
+    double shard = padded / ranks, opt = p->master + 2.0 * p->state, acc_t = p->acc ? p->acc : p->g;
+    double whole = stage == 0 ? p->w + p->g + p->acc + opt : stage == 1 ? p->w + p->g + p->acc : p->w + p->acc;
+    double part = stage == 0 ? 0 : stage == 1 ? opt : opt + acc_t;
+    return (whole * padded + part * shard) / numel;
+}
+
+static void check_memory(const tr_run *r, const policy_bytes *p, int stage, int ranks)
+{
+    json_t *m = json_object_get(r->rec, "memory");
+    double numel = (double)json_integer_value(json_object_get(m, "n_params"));
+    double padded = ceil(numel / ranks) * ranks;
+    cr_expect_eq(json_integer_value(json_object_get(m, "padding_elements")), (json_int_t)(padded - numel),
+                 "%s stage %d ranks %d: padding", p->name, stage, ranks);
+    json_t *per = json_object_get(m, "per_rank");
+    cr_assert_eq(json_array_size(per), (size_t)ranks);
+    double want = formula(p, stage, ranks, numel, padded);
+    for (int k = 0; k < ranks; k++) {
+        double got = json_real_value(json_object_get(json_array_get(per, (size_t)k), "bytes_per_param"));
+        cr_expect(fabs(got - want) < 1e-9, "%s stage %d ranks %d rank %d: %.6f bytes/param, formula %.6f",
+                  p->name, stage, ranks, k, got, want);
+    }
+}
+
+/* fp32 tolerance of N ranks against one rank with N × accumulation: the same terms,
+ * summed in another order (each rank's accumulated micro-batches, then the ring), so each
+ * gradient element differs by a few fp32 ulps of its terms, and the loss curve by ~1e-7.
+ * The weights drift further, because Adam divides each update by the element's own
+ * gradient magnitude: where a gradient nearly cancels (terms of 1e-1 summing to 1e-7),
+ * a reordering error is a large part of it and the element's update (~lr) changes sign
+ * or size. So the weights are compared by relative L2 distance, which that handful of
+ * elements barely moves (measured at 20 steps: toy ~1e-6, tiny BERT ~1e-4), with a
+ * bound of 1e-3; a wrong window, tick or scale moves the loss at once. */
+#define FP32_LOSS_TOL 1e-5
+#define FP32_WEIGHT_TOL 1e-3
+
+static void stages_equal_stage0(const char *cfg, const char *base, const policy_bytes *p)
+{
+    char *dir = ts_tmpdir("ranks");
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        char args[4096], name[64];
+        tr_run one, s0;
+        snprintf(args, sizeof args, "%s -s 'precision.plugin=\"%s\"' -s train.gradient_accumulation_steps=%d", base, p->name, ranks);
+        snprintf(name, sizeof name, "one-%d", ranks);
+        tr_run_mpx(&one, dir, name, cfg, args);
+        snprintf(args, sizeof args, "%s -s 'precision.plugin=\"%s\"' --ranks %d", base, p->name, ranks);
+        snprintf(name, sizeof name, "s0-%d", ranks);
+        tr_run_mpx(&s0, dir, name, cfg, args);
+        check_memory(&s0, p, 0, ranks);
+        double dl = tr_loss_diff(&s0, &one), dw = tr_weight_rel_diff(&s0, &one);
+        cr_log_info("%s %s: %d ranks vs 1 rank: loss %.3g, weights %.3g (relative L2)", cfg, p->name, ranks, dl, dw);
+        if (!strcmp(p->name, "fp32")) {
+            cr_expect_lt(dl, FP32_LOSS_TOL, "%s fp32: %d ranks vs 1: loss differs by %.3g", cfg, ranks, dl);
+            cr_expect_lt(dw, FP32_WEIGHT_TOL, "%s fp32: %d ranks vs 1: weights differ by %.3g", cfg, ranks, dw);
+        }
+        for (int stage = 1; stage <= 2; stage++) {
+            tr_run z;
+            snprintf(args, sizeof args, "%s -s 'precision.plugin=\"%s\"' --ranks %d -s 'zero.plugin=\"stage%d\"'",
+                     base, p->name, ranks, stage);
+            snprintf(name, sizeof name, "s%d-%d", stage, ranks);
+            tr_run_mpx(&z, dir, name, cfg, args);
+            cr_expect(tr_bitwise_equal(&z, &s0), "%s %s stage %d at %d ranks differs from stage 0: loss %.3g, weights %.3g",
+                      cfg, p->name, stage, ranks, tr_loss_diff(&z, &s0), tr_weight_rel_diff(&z, &s0));
+            check_memory(&z, p, stage, ranks);
+            tr_free(&z);
+        }
+        tr_free(&one);
+        tr_free(&s0);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}
+
+#define TOY "configs/toy.cfg"
+/* one backend thread per rank: the ranks share the machine's cores */
+#define TOY_ARGS "-s train.max_steps=20 -s train.epochs=1 -s 'optimizer.plugin=\"adam\"' -s backend.cpu.threads=1"
+
+Test(ranks, toy_fp32, .timeout = 300) { stages_equal_stage0(TOY, TOY_ARGS, &policies[0]); }
+Test(ranks, toy_amp, .timeout = 300) { stages_equal_stage0(TOY, TOY_ARGS, &policies[1]); }
+Test(ranks, toy_fp16_scaled, .timeout = 300) { stages_equal_stage0(TOY, TOY_ARGS, &policies[2]); }
+Test(ranks, toy_bf16_master, .timeout = 300) { stages_equal_stage0(TOY, TOY_ARGS, &policies[3]); }
+Test(ranks, toy_pure_bf16, .timeout = 300) { stages_equal_stage0(TOY, TOY_ARGS, &policies[4]); }
+
+/* The tiny BERT on the first SQuAD article (written to a temp folder, not committed). */
+static void tiny(const policy_bytes *p)
+{
+    char *dir = ts_tmpdir("ranks-data"), args[2048];
+    char train[512], dev[512];
+    snprintf(train, sizeof train, "%s/train.json", dir);
+    snprintf(dev, sizeof dev, "%s/dev.json", dir);
+    tr_first_article("datasets/data/train-v1.1.json", train);
+    tr_first_article("datasets/data/dev-v1.1.json", dev);
+    snprintf(args, sizeof args, "-s train.max_steps=20 -s backend.cpu.threads=1 -s 'data.squad.train_file=\"%s\"' "
+             "-s 'data.squad.dev_file=\"%s\"'", train, dev);
+    stages_equal_stage0("configs/tiny_squad.cfg", args, p);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}
+
+Test(ranks, tiny_bert_fp32, .timeout = 300) { tiny(&policies[0]); }
+Test(ranks, tiny_bert_amp, .timeout = 300) { tiny(&policies[1]); }
+Test(ranks, tiny_bert_fp16_scaled, .timeout = 300) { tiny(&policies[2]); }
+Test(ranks, tiny_bert_bf16_master, .timeout = 300) { tiny(&policies[3]); }
+Test(ranks, tiny_bert_pure_bf16, .timeout = 300) { tiny(&policies[4]); }
+
+/* ---- precision across ranks, failures, joining ------------------------------------- */
+
+/* An inf in rank 1's gradient lands, after the reduce-scatter, in rank 0's slice only
+ * (element 0): ranks 1 and 2 skip because the overflow flag is reduced. With fp32 (loss
+ * scale none, a non-finite gradient skips the step) the run must then match one rank
+ * with the same overflow, within the fp32 tolerance, and differ from a run without it. */
+Test(ranks, overflow_on_one_rank_skips_every_rank, .timeout = 300)
+{
+    char *dir = ts_tmpdir("ranks-ovf");
+    tr_run one, mine, clean;
+    setenv("MPX_INJECT_OVERFLOW_AT_STEP", "3", 1);
+    tr_run_mpx(&one, dir, "one", TOY, TOY_ARGS " -s train.gradient_accumulation_steps=3");
+    setenv("MPX_INJECT_OVERFLOW_RANK", "1", 1);
+    tr_run_mpx(&mine, dir, "rank1", TOY, TOY_ARGS " --ranks 3 -s 'zero.plugin=\"stage2\"'");
+    unsetenv("MPX_INJECT_OVERFLOW_AT_STEP");
+    unsetenv("MPX_INJECT_OVERFLOW_RANK");
+    tr_run_mpx(&clean, dir, "clean", TOY, TOY_ARGS " --ranks 3 -s 'zero.plugin=\"stage2\"'");
+    json_t *m = json_object_get(mine.rec, "metrics");
+    cr_expect_eq(json_integer_value(json_object_get(m, "skipped_steps")), 1);
+    cr_expect_eq(json_integer_value(json_array_get(json_array_get(json_object_get(m, "overflow_steps"), 0), 0)), 3);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(one.rec, "metrics"), "skipped_steps")), 1);
+    double dw = tr_weight_rel_diff(&mine, &one), dclean = tr_weight_rel_diff(&clean, &one);
+    cr_log_info("overflow on rank 1: vs 1 rank %.3g; without the overflow %.3g", dw, dclean);
+    cr_expect_lt(dw, FP32_WEIGHT_TOL, "ranks 1 and 2 did not skip like rank 0: weights differ by %.3g", dw);
+    cr_expect_gt(dclean, 10 * dw, "the skipped step changed nothing (%.3g against %.3g)", dclean, dw);
+    tr_free(&one);
+    tr_free(&mine);
+    tr_free(&clean);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}
+
+Test(ranks, a_dying_rank_fails_the_run_with_its_error, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-die"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out, "MPX_FAULT_AT_STEP=2 MPX_FAULT_RANK=1 timeout 100 build/bin/mpx run " TOY
+                   " --out %s/run " TOY_ARGS " --ranks 2 2>&1", dir);
+    cr_expect_eq(rc, 1, "mpx run exited %d (124: it hung):\n%s", rc, out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
+    const char *err = json_string_value(json_object_get(rec, "error"));
+    cr_assert_not_null(err);
+    cr_expect(strstr(err, "rank 1") && strstr(err, "MPX_FAULT_AT_STEP=2"), "error: %s", err);
+    json_decref(rec);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}
+
+Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-join"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out, TR_MPIRUN " -np 2 build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " 2>&1", dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "finished");
+    json_t *eff = json_object_get(json_object_get(rec, "config"), "effective");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "run"), "ranks")), 2);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(eff, "comm"), "plugin")), "mpi");
+    cr_expect_eq(json_array_size(json_object_get(json_object_get(rec, "memory"), "per_rank")), 2);
+    json_decref(rec);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}

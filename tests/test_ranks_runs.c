@@ -1,0 +1,74 @@
+#include "test_ranks.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/shell.h"
+
+void tr_run_mpx(tr_run *r, const char *dir, const char *name, const char *config, const char *args)
+{
+    memset(r, 0, sizeof *r);
+    char out[16384];
+    int rc = ts_sh(out, sizeof out, "MPX_DUMP_FINAL_WEIGHTS=%s/%s.w timeout 300 build/bin/mpx run %s --out %s/%s %s 2>&1",
+                   dir, name, config, dir, name, args);
+    cr_assert_eq(rc, 0, "mpx run %s %s failed (%d):\n%s", config, args, rc, out);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/run.json", dir, name);
+    r->rec = ts_load_json(path);
+    json_t *l = json_object_get(json_object_get(r->rec, "metrics"), "losses");
+    size_t i;
+    json_t *v;
+    json_array_foreach(l, i, v) if (i < 64) r->losses[r->n_losses++] = json_real_value(v);
+    snprintf(path, sizeof path, "%s/%s.w", dir, name);
+    size_t bytes;
+    r->w = (float *)ts_slurp(path, &bytes);
+    r->n_w = bytes / 4;
+    cr_assert_gt(r->n_w, 0, "%s: no final weights", path);
+}
+
+void tr_free(tr_run *r)
+{
+    json_decref(r->rec);
+    free(r->w);
+}
+
+int tr_bitwise_equal(const tr_run *a, const tr_run *b)
+{
+    return a->n_losses == b->n_losses && a->n_w == b->n_w &&
+           !memcmp(a->losses, b->losses, a->n_losses * sizeof *a->losses) &&
+           !memcmp(a->w, b->w, a->n_w * 4);
+}
+
+double tr_loss_diff(const tr_run *a, const tr_run *b)
+{
+    cr_assert_eq(a->n_losses, b->n_losses);
+    double d = 0;
+    for (size_t i = 0; i < a->n_losses; i++) d = fmax(d, fabs(a->losses[i] - b->losses[i]));
+    return d;
+}
+
+double tr_weight_rel_diff(const tr_run *a, const tr_run *b)
+{
+    cr_assert_eq(a->n_w, b->n_w);
+    double d = 0, m = 0;
+    for (size_t i = 0; i < a->n_w; i++) {
+        double x = (double)a->w[i] - (double)b->w[i];
+        d += x * x;
+        m += (double)b->w[i] * (double)b->w[i];
+    }
+    return m > 0 ? sqrt(d / m) : sqrt(d);
+}
+
+void tr_first_article(const char *src, const char *dst)
+{
+    json_error_t e;
+    json_t *j = json_load_file(src, 0, &e);
+    cr_assert_not_null(j, "%s:%d: %s", src, e.line, e.text);
+    json_t *data = json_object_get(j, "data");
+    while (json_array_size(data) > 1) json_array_remove(data, json_array_size(data) - 1);
+    cr_assert_eq(json_dump_file(j, dst, 0), 0, "cannot write %s", dst);
+    json_decref(j);
+}
