@@ -222,6 +222,35 @@ static int resume_args(mpx_cli *c, int train, const char *usage, char *from, siz
     return 0;
 }
 
+static int has_override(const mpx_cli *c, const char *key)
+{
+    size_t n = strlen(key);
+    for (size_t i = 0; i < c->n_overrides; i++)
+        if (!strncmp(c->overrides[i], key, n) && c->overrides[i][n] == '=') return 1;
+    return 0;
+}
+
+/* Under an MPI launch of `world` ranks: the record says how many, and the ranks talk
+ * through comm/mpi unless -s names another communicator. */
+static int join_overrides(mpx_cli *c, int world, char *ranks_kv, size_t len)
+{
+    if (world < 1) return 0;
+    snprintf(ranks_kv, len, "run.ranks=%d", world);
+    size_t cap = sizeof c->overrides / sizeof *c->overrides;
+    if (c->n_overrides + 2 > cap) return -1;
+    c->overrides[c->n_overrides++] = ranks_kv;
+    if (world > 1 && !has_override(c, "comm.plugin")) c->overrides[c->n_overrides++] = "comm.plugin=\"mpi\"";
+    return 0;
+}
+
+/* A failure with ranks: rank 0 has its record; the others leave their error beside it;
+ * then every rank is ended so that none waits in a collective. */
+static void fail_ranks(mpx_session *s, int rank, const char *dir, const char *err)
+{
+    if (rank != 0) mpx_launch_rank_error(dir, rank, err);
+    mpx_shard_abort(s);
+}
+
 /* One run (or evaluation) in its own session; `from` a training-state folder or NULL. */
 static int run_session(const mpx_cli *cp, int argc, char **argv, int train, const char *what, const char *from)
 {
