@@ -234,7 +234,7 @@ static int has_override(const mpx_cli *c, const char *key)
  * through comm/mpi unless -s names another communicator. */
 static int join_overrides(mpx_cli *c, int world, char *ranks_kv, size_t len)
 {
-    if (world < 1) return 0;
+    if (world < 2) return 0; /* a launch of one (srun -n 1, a batch step): a plain run */
     snprintf(ranks_kv, len, "run.ranks=%d", world);
     size_t cap = sizeof c->overrides / sizeof *c->overrides;
     if (c->n_overrides + 2 > cap) return -1;
