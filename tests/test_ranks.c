@@ -285,3 +285,26 @@ Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
     ts_sh(NULL, 0, "rm -rf %s", dir);
     free(dir);
 }
+
+/* A signal to `mpx run --ranks` (a sweep stopping its cells, ^C) reaches mpirun and its
+ * ranks: the record says "killed" (a sweep runs the cell again) and no rank is left. */
+Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-stop"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out,
+                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
+                   ">%s/log 2>&1 & pid=$!; "
+                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
+                   "kill -TERM $pid; wait $pid; echo \"exit $?\"; sleep 1; "
+                   "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
+                   dir, dir, dir, dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "exit 143"), "mpx run did not end on the signal: %s", out);
+    cr_expect(strstr(out, "none"), "a rank outlived the launch: %s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
+    json_decref(rec);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+    free(dir);
+}

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,31 @@ static void mark_failed(const char *dir, int ranks, int status)
     fprintf(stderr, "mpx run: %s\n", msg);
 }
 
+/* The mpirun this process waits for: a signal to us (a sweep stopping its cells, ^C) is
+ * passed on, so that mpirun ends its ranks rather than leaving them orphaned. */
+static volatile sig_atomic_t mpirun_pid, got_signal;
+
+static void forward_signal(int sig)
+{
+    got_signal = sig;
+    if (mpirun_pid > 0) kill((pid_t)mpirun_pid, sig);
+}
+
+/* Stopped by a signal: the record says "killed" (unfinished: a sweep runs it again). */
+static void mark_killed(const char *dir, int sig)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_error_t je;
+    json_t *rec = json_load_file(path, 0, &je);
+    if (!rec) return;
+    json_object_set_new(rec, "status", json_string("killed"));
+    json_object_set_new(rec, "signal", json_integer(sig));
+    json_object_set_new(rec, "error", json_string("mpx run was stopped by a signal; mpirun and its ranks were stopped with it"));
+    mpx_write_json_atomic(path, rec);
+    json_decref(rec);
+}
+
 int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const char *dir)
 {
     char np[16];
@@ -140,6 +166,13 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
         _exit(127);
     }
     free(av);
+    mpirun_pid = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP };
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++) sigaction(forwarded[i], &sa, NULL);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
@@ -148,6 +181,10 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     snprintf(rm, sizeof rm, "rm -rf '%s'", session);
     if (system(rm) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s\n", what, session);
     if (code == 0) return 0;
+    if (got_signal) {
+        mark_killed(dir, (int)got_signal);
+        return 128 + (int)got_signal;
+    }
     mark_failed(dir, ranks, code);
     return 1;
 }
