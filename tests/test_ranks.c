@@ -185,7 +185,6 @@ static void stages_equal_stage0(const char *cfg, const char *base, const policy_
         tr_free(&s0);
     }
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 #define TOY "configs/toy.cfg"
@@ -211,7 +210,6 @@ static void tiny(const policy_bytes *p)
              "-s 'data.squad.dev_file=\"%s\"'", train, dev);
     stages_equal_stage0("configs/tiny_squad.cfg", args, p);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 Test(ranks, tiny_bert_fp32, .timeout = 300) { tiny(&policies[0]); }
@@ -249,7 +247,6 @@ Test(ranks, overflow_on_one_rank_skips_every_rank, .timeout = 300)
     tr_free(&mine);
     tr_free(&clean);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 Test(ranks, a_dying_rank_fails_the_run_with_its_error, .timeout = 120)
@@ -266,7 +263,6 @@ Test(ranks, a_dying_rank_fails_the_run_with_its_error, .timeout = 120)
     cr_expect(strstr(err, "rank 1") && strstr(err, "MPX_FAULT_AT_STEP=2"), "error: %s", err);
     json_decref(rec);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
@@ -283,7 +279,6 @@ Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
     cr_expect_eq(json_array_size(json_object_get(json_object_get(rec, "memory"), "per_rank")), 2);
     json_decref(rec);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
 
 /* A signal to `mpx run --ranks` (a sweep stopping its cells, ^C) reaches mpirun and its
@@ -306,5 +301,4 @@ Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120)
     cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
     json_decref(rec);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
