@@ -23,7 +23,7 @@ typedef struct mpx_comm_vtable {
     /* host-side doubles (norms, overflow flags) */
     int (*allreduce_host)(void *self, double *vals, size_t n, mpx_reduce_op op);
 
-    /* ABI 1.4 (optional, NULL in older plugins): end every rank of the run now, after this
+    /* ABI 1.5 (optional, NULL in older plugins): end every rank of the run now, after this
      * rank failed, so that no other rank waits forever in a collective. */
     void (*abort)(void *self, int code);
 } mpx_comm_vtable;
