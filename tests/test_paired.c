@@ -149,5 +149,4 @@ Test(paired, study_tables_regenerate_from_the_committed_records)
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "block(s) up to date"), "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);
-    free(dir);
 }
