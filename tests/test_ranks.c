@@ -91,7 +91,7 @@ Test(ranks, ring_allreduce_rounds_per_hop_in_nccl_order, .timeout = 120)
     /* host values in rank order: (1e16 + 1) - 1e16 = 0 (1e16 + 1 ties back to 1e16); a
      * pairwise or other order could give 1 */
     for (int r = 0; r < 3; r++) {
-        char key[16];
+        char key[32];
         snprintf(key, sizeof key, "R%d host ", r);
         const char *p = strstr(out, key);
         cr_assert_not_null(p);
