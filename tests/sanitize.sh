@@ -23,4 +23,15 @@ cd "$dir"
 make -j2 CC="$san" OPT="-O1 -g" test-build
 # run outside make: test_install runs `make install` itself, which must not inherit
 # this make's variables
-bash tests/run-tests.sh $(cat build/tests.list)
+# Every suite with leak checking, but the multi-rank one: OpenMPI leaks at MPI_Finalize
+# from its dlopen'ed components (frames LSan cannot name, so no suppression matches
+# them); test_ranks still runs under ASan + UBSan with halt on error, leaks unchecked.
+suites=$(grep -v '/test_ranks$' build/tests.list)
+ranks=$(grep '/test_ranks$' build/tests.list || true)
+rc=0
+bash tests/run-tests.sh $suites || rc=1
+if [ -n "$ranks" ]; then
+    echo "test_ranks under ASan + UBSan with detect_leaks=0 (OpenMPI's own leaks at finalize):"
+    ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=0 bash tests/run-tests.sh $ranks || rc=1
+fi
+exit $rc
