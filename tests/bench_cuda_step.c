@@ -26,29 +26,11 @@
 
 #include "../core/src/session.h"
 #include "../core/src/train.h"
+#include "bench_util.h"
 
 #define SEQ 384
 #define MAX_BATCH 64
 #define MAX_STEPS 50
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- a synthetic task: one fixed batch of random tokens, every mask 1 ---- */
 

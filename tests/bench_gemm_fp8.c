@@ -13,18 +13,12 @@
 
 #include "mpx/mpx.h"
 #include "test_host.h"
+#include "bench_util.h"
 
 typedef struct shape {
     const char *name;
     int ta, tb, m, n, k, batch;
 } shape;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct backend {
     mpx_env *env;

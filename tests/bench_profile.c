@@ -2,6 +2,7 @@
  * a plugin: the wrapped tables and the sums are file-level state of this process. */
 #define _GNU_SOURCE
 #include "bench_profile.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,13 +38,6 @@ static int (*real_step)(void *self, mpx_env *env, const mpx_opt_step *st);
 static int enabled, depth;
 static double sum_s[N_CLASSES];
 static long calls[N_CLASSES];
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Times one call into class c; nested calls (apply_update inside the optimizer) count
  * in the outer one only. */

@@ -6,13 +6,7 @@
 #include <time.h>
 
 #include "../datasets/squad_features.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 int main(void)
 {
