@@ -15,9 +15,9 @@ set -u
 cd "${STUDY_ROOT:-$(dirname "$0")/../..}"
 MPX=${MPX:-build/bin/mpx}
 STUDY=results/bingbert-repro
-# seed 1 of the report's three modes, then what needs their weights or compares with them,
-# then the other seeds, then the other policies
-ORDER=${ORDER:-"main-seed1 eval-logits islands main amp pure-bf16 lr"}
+# seed 1 of the report's three modes, then what needs their weights, then the other seeds (the
+# seed-to-seed spread), then the ablations and the other policies
+ORDER=${ORDER:-"main-seed1 eval-logits main islands amp pure-bf16 lr"}
 for part in $ORDER; do
     while :; do
         [ -n "${BEFORE_CELL:-}" ] && eval "$BEFORE_CELL"
