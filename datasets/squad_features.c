@@ -125,7 +125,8 @@ static int build_query(builder *B, int32_t q)
     int32_t n = B->scratch.len < fs->cfg.max_query_length ? B->scratch.len : fs->cfg.max_query_length;
     int32_t off = q ? fs->query_off[q - 1] + fs->query_len[q - 1] : 0;
     if (grow((void **)&fs->query_ids, &B->cap_query, off + n, sizeof(int32_t))) return oom(B, "queries");
-    memcpy(fs->query_ids + off, B->scratch.ids, sizeof(int32_t) * (size_t)n);
+    if (n > 0) /* an empty question has no ids, and query_ids may still be NULL */
+        memcpy(fs->query_ids + off, B->scratch.ids, sizeof(int32_t) * (size_t)n);
     fs->query_off[q] = off;
     fs->query_len[q] = n;
     return 0;
@@ -379,7 +380,7 @@ int32_t mpx_squad_feature_fill(const mpx_squad_features *fs, int32_t f, int32_t 
     if (input_ids) {
         int32_t *o = input_ids;
         *o++ = mpx_bert_cls_id(fs->tok);
-        memcpy(o, fs->query_ids + fs->query_off[F->question], sizeof(int32_t) * (size_t)qlen);
+        if (qlen > 0) memcpy(o, fs->query_ids + fs->query_off[F->question], sizeof(int32_t) * (size_t)qlen);
         o += qlen;
         *o++ = mpx_bert_sep_id(fs->tok);
         memcpy(o, d->tokens + F->doc_start, sizeof(int32_t) * (size_t)F->doc_len);

@@ -181,3 +181,42 @@ Test(squad_features, bad_answers_and_empty_context)
     mpx_squad_features_free(fs);
     mpx_squad_free(&d);
 }
+
+/* make fuzz's first crasher (fuzz_squad, 2026-12-01): a file whose FIRST question is empty
+ * copied zero query ids from a NULL buffer (undefined behaviour, caught by UBSan in
+ * tests/sanitize.sh). The window is [CLS] [SEP] doc [SEP], as run_squad.py builds it. */
+Test(squad_features, an_empty_first_question_has_a_window_without_query_tokens)
+{
+    const char *path = "build/tests/squad_features_empty_question.json";
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"version\": \"1.1\", \"data\": [{\"title\": \"t\", \"paragraphs\": ["
+          "{\"context\": \"The cat sat on the mat.\", \"qas\": ["
+          "{\"id\": \"q0\", \"question\": \"\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]}]}"
+          "]}]}",
+          f);
+    fclose(f);
+    char err[256];
+    mpx_squad_dataset d;
+    cr_assert_eq(mpx_squad_load(path, &d, err, sizeof err), 0, "%s", err);
+    for (int training = 0; training < 2; training++) {
+        mpx_squad_feature_config cfg = {16, 4, 4, training};
+        mpx_squad_features *fs;
+        cr_assert_eq(mpx_squad_features_build(&d, tok, &cfg, &fs, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(fs->n_question_features[0], 1);
+        cr_assert_eq(fs->query_len[0], 0);
+        int32_t ids[16], seg[16], mask[16];
+        cr_assert_eq(mpx_squad_feature_fill(fs, 0, 16, ids, seg, mask), 0 + 7 + 3);
+        cr_assert_eq(ids[0], 101);
+        cr_assert_eq(ids[1], 102);
+        cr_assert_eq(ids[9], 102);
+        cr_assert_eq(seg[1], 0);
+        cr_assert_eq(seg[2], 1);
+        if (training) { /* "the mat" = doc tokens 4..5, after [CLS] [SEP] */
+            cr_assert_eq(fs->features[0].start_position, 4 + 2);
+            cr_assert_eq(fs->features[0].end_position, 5 + 2);
+        }
+        mpx_squad_features_free(fs);
+    }
+    mpx_squad_free(&d);
+}
