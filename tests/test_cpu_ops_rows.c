@@ -183,6 +183,36 @@ Test(softmax, forward_and_backward_every_combination)
     tb_close(&t);
 }
 
+/* Scores far below the row's maximum: exp underflows to subnormals between about -87
+ * and -103.97 and to +0 below. The row sum is 1.0f exactly (the maximum's exp(0) = 1
+ * plus terms under 1e-38), so every output is expf(x - max) bit for bit: the vector exp
+ * must agree with scalar expf across the underflow edge, masked -10000 positions
+ * included, whatever lanes they share. */
+Test(softmax, underflowing_scores_match_scalar_expf_bitwise)
+{
+    tb t = tb_open(2);
+    const size_t cols = 40;
+    const float vals[] = { -87.5f, -88.0f, -90.0f, -100.0f, -103.9f, -103.97f, -103.98f,
+                           -104.0f, -104.5f, -150.0f, -1e4f, -INFINITY };
+    mpx_arg x = tb_alloc(&t, MPX_F32, cols), y = tb_alloc(&t, MPX_F32, cols);
+    mpx_arg mask = tb_alloc(&t, MPX_F32, cols);
+    float *xp = x.p, *yp = y.p, *mp = mask.p;
+    for (size_t c = 0; c < cols; c++) {
+        xp[c] = c == 5 ? 0.0f : vals[(c * 7) % (sizeof vals / sizeof vals[0])];
+        mp[c] = c % 8 >= 6 ? -10000.0f : 0.0f;   /* two masked lanes in every eight */
+    }
+    cr_assert_eq(t.ops->softmax_fwd(t.be, x, mask, y, 1, 1, 1, cols, 1.0f), 0, "%s", tb_error(&t));
+    int subnormal = 0;
+    for (size_t c = 0; c < cols; c++) {
+        float want = expf((xp[c] + mp[c]) - 0.0f);
+        cr_assert(memcmp(&want, &yp[c], sizeof want) == 0, "col %zu: x = %a: got %a, expf gives %a", c,
+                  (double)(xp[c] + mp[c]), (double)yp[c], (double)want);
+        subnormal += want > 0.0f && want < 0x1p-126f;
+    }
+    cr_assert_gt(subnormal, 0, "the row must reach the subnormal range");
+    tb_close(&t);
+}
+
 /* fp32 logits: the exact loss and (softmax - onehot) * dscale / rows. 16-bit logits: as
  * PyTorch's cross_entropy on a 16-bit tensor (log_softmax, then nll_loss, each output
  * in the tensor's dtype): logp rounded to the dtype, the loss the 16-bit mean of

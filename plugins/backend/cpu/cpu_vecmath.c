@@ -142,11 +142,25 @@ static void phi_avx2(const float *x, float *out, size_t n)
     for (; j < n; j++) out[j] = 0.5f * erfcf(-x[j] * (float)M_SQRT1_2);
 }
 
+/* Lanes at or below EXP_ZERO_BELOW are +0 without a call: libmvec sends out-of-range
+ * lanes to scalar expf one by one, and the softmax's masked positions (about -10000)
+ * would all go that way. expf and libmvec's expf are +0 for every float <= -104 (checked
+ * exhaustively, -inf included), and a lane's result never depends on the other lanes,
+ * so the bits are those of the plain call. */
+#define EXP_ZERO_BELOW -104.0f
+
 __attribute__((target("avx2,fma")))
 static void exp_avx2(const float *x, float *out, size_t n)
 {
+    const __m256 lim = _mm256_set1_ps(EXP_ZERO_BELOW), zero = _mm256_setzero_ps();
     size_t j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _ZGVdN8v_expf(_mm256_loadu_ps(x + j)));
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j), low = _mm256_cmp_ps(v, lim, _CMP_LE_OQ);
+        int m = _mm256_movemask_ps(low);
+        if (m == 0xff) { _mm256_storeu_ps(out + j, zero); continue; }
+        if (m) v = _mm256_blendv_ps(v, zero, low);   /* exp(0) there, then masked to +0 */
+        _mm256_storeu_ps(out + j, _mm256_andnot_ps(low, _ZGVdN8v_expf(v)));
+    }
     for (; j < n; j++) out[j] = expf(x[j]);
 }
 
