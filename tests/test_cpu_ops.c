@@ -167,6 +167,31 @@ Test(dropout, mask_from_philox_every_combination)
     tb_close(&t);
 }
 
+/* Stream offsets that start inside a block of 4 and run across the carry of the block
+ * counter's low word into its high word: each element keeps exactly when the scalar
+ * Philox reference keeps it, through every vector width's path (128-, 64-word groups and
+ * the scalar tail) — n = 1000 from offset 1 mod 4 uses them all. */
+Test(dropout, mask_across_the_32_bit_block_carry)
+{
+    tb t = tb_open(1);
+    const size_t n = 1000;
+    const float p = 0.3f, s = 1.0f / (1.0f - p);
+    const uint64_t offsets[] = { 1, 4 * (0x100000000ull - 20) + 1, 4 * (0x100000000ull - 40) + 2,
+                                 4 * 0x3ffffffffull - 7 };
+    mpx_arg x = tb_alloc(&t, MPX_F32, n), y = tb_alloc(&t, MPX_F32, n);
+    for (size_t i = 0; i < n; i++) ((float *)x.p)[i] = 1.0f;
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        mpx_rng rng = { 0x0123456789abcdefull, 3, 9, offsets[k] };
+        cr_assert_eq(t.ops->dropout_fwd(t.be, x, y, n, p, rng), 0, "%s", tb_error(&t));
+        for (size_t i = 0; i < n; i++) {
+            float want = ref_dropout_keep(rng, offsets[k] + i, p) ? s : 0.0f;
+            cr_assert(((float *)y.p)[i] == want, "offset %llu element %zu: got %g, want %g",
+                      (unsigned long long)offsets[k], i, (double)((float *)y.p)[i], (double)want);
+        }
+    }
+    tb_close(&t);
+}
+
 /* ---- GEMM ---- */
 
 typedef struct gemm_case { int ta, tb, m, n, k, batch, pad; float alpha, beta; } gemm_case;

@@ -61,6 +61,7 @@ static int cpu_create(mpx_env *env, void **out)
     be->has_f16c = cpu_detect_f16c();
     be->has_avx2_fma = cpu_detect_avx2_fma();
     be->has_avx2 = cpu_detect_avx2();
+    be->has_avx512 = cpu_detect_avx512();
     /* OpenBLAS keeps its thread count process-wide, the one global the backend sets: 1,
      * since the pool threads the GEMMs (cpu_gemm.c). */
     openblas_set_num_threads(1);

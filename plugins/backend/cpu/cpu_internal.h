@@ -43,6 +43,7 @@ typedef struct cpu_be {
     int has_f16c;
     int has_avx2_fma;      /* vector Phi/exp through libmvec (cpu_vecmath.c) */
     int has_avx2;          /* vector Philox */
+    int has_avx512;        /* wider vector Philox */
     char line[160];
     /* number formats (ABI 1.2), per dtype slot: the host's parameters and a decode
      * table, filled by cpu_check_ on the calling thread before any op uses them */
@@ -105,6 +106,7 @@ void cpu_exp(const cpu_be *be, const float *x, float *out, size_t n);
 /* The CPU has AVX2 and FMA and glibc the vector functions (checked once at create). */
 int cpu_detect_avx2_fma(void);
 int cpu_detect_avx2(void);
+int cpu_detect_avx512(void);
 
 /* ---- ops, one group per file ---- */
 int cpu_cast(void *be, mpx_arg x, mpx_arg y, size_t n);
