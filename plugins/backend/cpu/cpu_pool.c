@@ -1,6 +1,12 @@
 /* A small persistent thread pool: the caller and threads-1 workers pull pieces of an
  * index range from a shared atomic cursor. Which thread runs a piece never matters to
- * the ops (they split work into fixed blocks), so results do not depend on scheduling. */
+ * the ops (they split work into fixed blocks), so results do not depend on scheduling.
+ *
+ * The caller waits only for the workers that joined the job, not for all of them: on a
+ * shared machine a woken worker may wait milliseconds for a core, and by then the caller
+ * has often run every piece itself. The job is open from its post until the caller has
+ * run out of pieces; a worker joins (under the mutex) only while it is open, so no
+ * worker touches a job after the caller returned from it. */
 #include "cpu_internal.h"
 
 #include <pthread.h>
@@ -14,7 +20,8 @@ struct cpu_pool {
     pthread_cond_t start_cv, done_cv;
     unsigned long gen;     /* bumped per job; workers wait for a new value */
     int stop;
-    int active;            /* workers still inside the current job */
+    int open;              /* the current job still takes joiners */
+    int active;            /* workers that joined the current job and are inside it */
     cpu_range_fn fn;
     void *ctx;
     size_t n, piece;
@@ -40,6 +47,8 @@ static void *worker(void *arg)
         while (!p->stop && p->gen == seen) pthread_cond_wait(&p->start_cv, &p->mu);
         if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
         seen = p->gen;
+        if (!p->open) { pthread_mutex_unlock(&p->mu); continue; }   /* woke too late for it */
+        p->active++;
         pthread_mutex_unlock(&p->mu);
         run_pieces(p);
         pthread_mutex_lock(&p->mu);
@@ -96,12 +105,14 @@ void cpu_pool_run(cpu_pool *p, size_t n, size_t grain, cpu_range_fn fn, void *ct
     p->n = n;
     p->piece = piece;
     atomic_store(&p->next, 0);
-    p->active = p->n_workers;
+    p->active = 0;
+    p->open = 1;
     p->gen++;
     pthread_cond_broadcast(&p->start_cv);
     pthread_mutex_unlock(&p->mu);
     run_pieces(p);
     pthread_mutex_lock(&p->mu);
+    p->open = 0;   /* every piece is taken: later wakers stay out */
     while (p->active > 0) pthread_cond_wait(&p->done_cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
