@@ -58,6 +58,49 @@ Test(elementwise, cast_every_pair_is_exact_rne)
     tb_close(&t);
 }
 
+/* The bf16 conversions bit for bit against mpx/numerics.h (itself checked over all 2^32
+ * inputs in test_numerics), NaNs and infinities included: every fp32 high half with 8
+ * low halves (the rounding ties, both neighbours, 0 and all ones) through cast fp32 ->
+ * bf16 (store), every bf16 pattern through cast bf16 -> fp32 (load), and the same fp32
+ * values rounded as GEMM inputs (compute bf16, k = 1, times 1). Odd lengths and offsets
+ * reach the vector loops' tails. */
+Test(elementwise, bf16_conversions_match_the_scalar_rounding_bitwise)
+{
+    tb t = tb_open(2);
+    const uint32_t lows[8] = { 0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc0de };
+    const size_t n = 65536 * 8 + 3;
+    mpx_arg x = tb_alloc(&t, MPX_F32, n), y = tb_alloc(&t, MPX_BF16, n), z = tb_alloc(&t, MPX_F32, n);
+    mpx_arg one = tb_alloc(&t, MPX_F32, 1);
+    uint32_t *xu = x.p;
+    for (size_t i = 0; i < n; i++) xu[i] = (uint32_t)((i / 8) % 65536) << 16 | lows[i % 8];
+    *(float *)one.p = 1.0f;
+    const size_t off = 1, m = n - 2;   /* an unaligned start and an odd length */
+    cr_assert_eq(t.ops->cast(t.be, mpx_at(x, off), mpx_at(y, off), m), 0, "%s", tb_error(&t));
+    for (size_t i = off; i < off + m; i++) {
+        uint16_t want = mpx_f32_to_bf16(mpx_bits_f32(xu[i])), got = ((uint16_t *)y.p)[i];
+        cr_assert_eq(got, want, "cast fp32 %08x -> bf16 %04x, want %04x", xu[i], got, want);
+    }
+    uint16_t *yu = y.p;
+    for (size_t i = 0; i < n; i++) yu[i] = (uint16_t)(i * 40503u);   /* every pattern, shuffled */
+    cr_assert_eq(t.ops->cast(t.be, mpx_at(y, off), mpx_at(z, off), m), 0, "%s", tb_error(&t));
+    for (size_t i = off; i < off + m; i++) {
+        float want = mpx_bf16_to_f32(yu[i]), got = ((float *)z.p)[i];
+        cr_assert(memcmp(&want, &got, 4) == 0, "cast bf16 %04x -> %a, want %a", yu[i], (double)got, (double)want);
+    }
+    /* GEMM input rounding: C[i] = round_bf16(A[i]) * 1, the kernel's sum starting from +0
+     * (so -0 comes out +0) and a NaN staying NaN */
+    mpx_gemm g = { .m = (int)m, .n = 1, .k = 1, .alpha = 1.0f, .beta = 0.0f, .a = mpx_at(x, off), .lda = 1,
+                   .b = one, .ldb = 1, .c = mpx_at(z, off), .ldc = 1, .batch = 1, .compute = MPX_BF16 };
+    cr_assert_eq(t.ops->gemm(t.be, &g), 0, "%s", tb_error(&t));
+    for (size_t i = off; i < off + m; i++) {
+        float want = mpx_bf16_to_f32(mpx_f32_to_bf16(mpx_bits_f32(xu[i]))), got = ((float *)z.p)[i];
+        if (isnan(want)) cr_assert(isnan(got), "gemm bf16 input %08x: got %a, want NaN", xu[i], (double)got);
+        else if (want == 0.0f) cr_assert(got == 0.0f, "gemm bf16 input %08x: got %a, want 0", xu[i], (double)got);
+        else cr_assert(memcmp(&want, &got, 4) == 0, "gemm bf16 input %08x: got %a, want %a", xu[i], (double)got, (double)want);
+    }
+    tb_close(&t);
+}
+
 Test(elementwise, add_axpby_scale_every_combination)
 {
     tb t = tb_open(2);
