@@ -15,3 +15,8 @@ BENCHES += $(BUILD)/bench/bench_ranks
 $(BUILD)/bench/bench_ranks: tests/bench_ranks.sh $(BUILD)/bin/mpx $(PLUGINS)
 	@mkdir -p $(@D)
 	cp tests/bench_ranks.sh $@ && chmod +x $@
+# bench_memory: counted bytes and peak RSS per parameter of a bert-base-shaped step, by policy
+BENCHES += $(BUILD)/bench/bench_memory
+$(BUILD)/bench/bench_memory: $(BUILD)/obj/tests/bench_memory.o $(BUILD)/lib/libmpx.a $(PLUGINS)
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(PKG_LIBS) -ldl -lm -lpthread

@@ -54,13 +54,22 @@ int mpx_clip_grad_norm(const mpx_ops *ops, void *be, const mpx_grad_buf *bufs, s
     return mpx_clip_by_norm(ops, be, bufs, n_bufs, max_norm, *norm, coef, err, n);
 }
 
-int mpx_clip_by_norm(const mpx_ops *ops, void *be, const mpx_grad_buf *bufs, size_t n_bufs,
-                     double max_norm, double norm, double *coef, char *err, size_t n)
+int mpx_clip_coef(double max_norm, double norm, double *coef)
 {
-    if (coef) *coef = 1.0;
+    *coef = 1.0;
     if (!(max_norm > 0.0) || !isfinite(norm)) return 0;
     double c = max_norm / (norm + MPX_CLIP_EPS);
     if (c >= 1.0) return 0;
+    *coef = c;
+    return 1;
+}
+
+int mpx_clip_by_norm(const mpx_ops *ops, void *be, const mpx_grad_buf *bufs, size_t n_bufs,
+                     double max_norm, double norm, double *coef, char *err, size_t n)
+{
+    double c;
+    if (coef) *coef = 1.0;
+    if (!mpx_clip_coef(max_norm, norm, &c)) return 0;
     for (size_t b = 0; b < n_bufs; b++) {
         if (ops) {
             if (ops->scale(be, bufs[b].g, (float)c, bufs[b].n) != 0) {

@@ -38,6 +38,11 @@ int mpx_clip_grad_norm(const mpx_ops *ops, void *be, const mpx_grad_buf *bufs, s
                        double max_norm, mpx_reduce_sum_fn reduce, mpx_env *env,
                        double *norm, double *coef, char *err, size_t err_len);
 
+/* The clipping coefficient alone: 1 when clipping is off (max_norm <= 0), the norm is
+ * not finite or max_norm / (norm + 1e-6) >= 1 (nothing to scale: returns 0); else that
+ * quotient (returns 1: scale the gradients by (float)*coef). */
+int mpx_clip_coef(double max_norm, double norm, double *coef);
+
 /* The clipping half alone, given the global norm: scales the buffers by
  * max_norm / (norm + 1e-6) when that is below 1 (*coef, may be NULL, gets the factor). */
 int mpx_clip_by_norm(const mpx_ops *ops, void *be, const mpx_grad_buf *bufs, size_t n_bufs,

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -87,6 +88,11 @@ static json_t *memory_report(const mpx_session *s, const double *table)
     json_object_set_new(m, "zero_stage", json_integer(s->stage));
     json_object_set_new(m, "padding_elements", json_integer((json_int_t)(s->numel_pad - s->numel)));
     json_object_set_new(m, "owned_elements", json_integer((json_int_t)s->shard_len));
+    /* the core's fp32 step buffers (update_window.h) and the process's peak resident set */
+    json_object_set_new(m, "update_window_elements", json_integer((json_int_t)s->upd.chunk));
+    json_object_set_new(m, "update_buffers_bytes", json_integer((json_int_t)mpx_update_buffer_bytes(s)));
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) json_object_set_new(m, "rss_peak_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
     json_t *per = json_array();
     for (int r = 0; table && r < world; r++) {
         double b;

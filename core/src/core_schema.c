@@ -72,6 +72,9 @@ static const mpx_option train_opts[] = {
     OPT("diagnostics", MPX_OPT_BOOL, "true", NORANGE,
         "per-group underflow, stalled updates and update/weight ratios every log_every steps (diagnostics.csv)"),
     OPT("save_model", MPX_OPT_BOOL, "true", NORANGE, "save the trained weights in the run folder"),
+    OPT("update_chunk", MPX_OPT_INT, "1048576", RANGE(0, INFINITY),
+        "elements per optimizer update window: the fp32 gradient and update buffers hold one window, not the "
+        "model (results unchanged); 0 = the whole shard at once"),
     OPT("checkpoint_every", MPX_OPT_INT, "0", RANGE(0, INFINITY),
         "steps between training-state checkpoints (<run>/train_state, for mpx run --resume); 0 = none"),
 };

@@ -172,20 +172,22 @@ int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s)
     return rc;
 }
 
-/* Stalls and update ratios of one piece, chunk by chunk. */
-static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc)
+/* Stalls and update ratios of elements [from, from + len) of a piece, chunk by chunk;
+ * the sample for the median is every stride-th element of the whole piece. */
+static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc, size_t from, size_t len,
+                         const float *update)
 {
     mpx_diag_group *x = &d->g[d->group_of[pc->param]];
     mpx_dtype wt = s->weights.t;
     size_t ws = mpx_dtype_size(wt);
     const mpx_format *wf = mpx_format_of(&s->fmts, wt);
     size_t stride = pc->len / MAX_RATIOS + 1; /* sample for the median */
-    for (size_t o = 0; o < pc->len; o += CHUNK) {
-        size_t n = pc->len - o < CHUNK ? pc->len - o : CHUNK;
+    for (size_t o = from; o < from + len; o += CHUNK) {
+        size_t n = from + len - o < CHUNK ? from + len - o : CHUNK;
         size_t w = s->shard_begin + pc->offset + o;
         if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), w).p, n * ws) ||
             s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, w).p, n * ws) ||
-            s->ops->to_host(s->be, d->h_c, s->update + pc->offset + o, n * 4))
+            s->ops->to_host(s->be, d->h_c, update + (o - from), n * 4))
             return -1;
         mpx_diag_stalled(d->h_a, d->h_b, wt, d->h_c, n, &x->updated, &x->stalled);
         for (size_t i = (stride - (o % stride)) % stride; i < n && x->n_ratios < MAX_RATIOS; i += stride) {
@@ -199,14 +201,26 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
     return 0;
 }
 
+int mpx_diag_piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc, size_t from, size_t len,
+                           const float *update)
+{
+    if (!d->active) return 0;
+    double t0 = now_s();
+    int rc = piece_updates(d, s, pc, from, len, update);
+    d->seconds += now_s() - t0;
+    return rc;
+}
+
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : NAN; }
 
 int mpx_diag_end_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int updated)
 {
     if (!d->active) return 0;
     double t0 = now_s();
-    for (size_t p = 0; updated && p < s->n_pieces; p++)
-        if (piece_updates(d, s, &s->pieces[p])) return -1;
+    for (size_t p = 0; updated && !s->upd.on && p < s->n_pieces; p++) { /* windowed: counted per window */
+        const mpx_piece *pc = &s->pieces[p];
+        if (piece_updates(d, s, pc, 0, pc->len, s->update + pc->offset)) return -1;
+    }
     for (int g = 0; g < MPX_GROUP_COUNT; g++) {
         mpx_diag_group *x = &d->g[g];
         if (!x->grad_nonzero && !x->updated && !x->n_ratios) {

@@ -65,7 +65,13 @@ int mpx_diag_begin_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int64_
  * grads — every micro-batch when the policy has a wider accumulator, else after the last. */
 int mpx_diag_after_backward(mpx_diagnostics *d, mpx_session *s, int64_t micro, int64_t n_micro);
 int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s);
-/* After the update (or the skip): count stalls and ratios, write the step's rows. */
+/* Stalls and update ratios of elements [from, from + len) of piece pc (a shard piece),
+ * whose update values are update[0 .. len): after the update of a window (the
+ * windowed step) or of the whole shard. Nothing when the step is not a diagnostic one. */
+int mpx_diag_piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc, size_t from, size_t len,
+                           const float *update);
+/* After the update (or the skip): count stalls and ratios (whole-shard step), write the
+ * step's rows. */
 int mpx_diag_end_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int updated);
 /* Means over the diagnostic steps, per group, into `metrics`. */
 void mpx_diag_summary(mpx_diagnostics *d, json_t *metrics);

@@ -142,15 +142,18 @@ static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *
 {
     mpx_session *s = impl(env)->s;
     if (!s->ops) return MPX_FAIL(env, "apply_update before the backend exists");
-    if (piece->offset + piece->len > s->shard_len)
+    /* pieces are indexed from the update window the optimizer was given (s->upd_base,
+     * update_window.h; 0 for the whole slice), and `update` is that window's */
+    size_t at = s->upd_base + piece->offset;
+    if (at + piece->len > s->shard_len)
         return MPX_FAIL(env, "apply_update: piece [%zu, +%zu) is outside this rank's %zu parameters",
-                        piece->offset, piece->len, s->shard_len);
+                        at, piece->len, s->shard_len);
     /* With a master copy the update lands in fp32 exactly as computed; the rounding mode
      * acts when the master is written back to the weights. Pieces are indexed from this
      * rank's slice (shard.h): the master and the Kahan buffer hold only the slice. */
     int has_master = s->master.p != NULL;
-    mpx_arg target = has_master ? mpx_at(s->master, piece->offset) : mpx_at(s->weights, s->shard_begin + piece->offset);
-    mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, piece->offset) : (mpx_arg){ NULL, target.t };
+    mpx_arg target = has_master ? mpx_at(s->master, at) : mpx_at(s->weights, s->shard_begin + at);
+    mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, at) : (mpx_arg){ NULL, target.t };
     mpx_rounding mode = has_master ? MPX_ROUND_NEAREST : s->prec.rounding;
     mpx_rng rng = { s->seed, piece->site, s->tick, piece->tensor_offset };
     int rc = s->ops->apply_update(s->be, target, comp, update + piece->offset, piece->len, mode, rng);

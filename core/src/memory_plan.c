@@ -34,10 +34,12 @@ void mpx_memory_plan_make(const mpx_session *s, int n_state, mpx_memory_plan *p)
     if (d->rounding == MPX_ROUND_KAHAN && d->master == MPX_DTYPE_NONE)
         add(p, MPX_ROLE_COMPENSATION, 1, mpx_dtype_size(d->weights), n);
     if (n_state > 0) add(p, MPX_ROLE_OPT_STATE, (uint64_t)n_state, mpx_dtype_size(d->opt_state), n);
-    /* the fp32 gradient copy (unless the grads or accumulator are it), the update, the
-     * initial fp32 weights on the backend */
-    int grad32 = !(d->grads == MPX_F32 && !acc) && !(acc && d->grad_acc == MPX_F32);
-    add(p, MPX_ROLE_SCRATCH, 2 + (uint64_t)grad32, 4, n);
+    /* the fp32 gradient copy (unless the grads or accumulator are it) and the update,
+     * whole or one window each (update_window.h), and the initial fp32 weights' chunk on
+     * the backend */
+    size_t grad32, update;
+    mpx_update_buffer_elems(s, (size_t)n, &grad32, &update);
+    add(p, MPX_ROLE_SCRATCH, 1, 4, (uint64_t)grad32 + update + mpx_staging_elems(s, (size_t)n));
     uint64_t h;
     if (__builtin_mul_overflow(n, 4, &h)) p->overflow = 1;
     p->host_staging = h;

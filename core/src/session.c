@@ -296,17 +296,24 @@ static int fill_weights(mpx_session *s, char *err, size_t errlen)
     if (!host) { snprintf(err, errlen, "out of memory for the initial weights"); return -1; }
     int rc = m->rec->vt.model.init_weights(m->self, host, s->offsets, s->seed);
     if (rc) { free(host); mpx_session_error(s, MPX_KIND_MODEL, err, errlen); return -1; }
-    float *dev = must_alloc(s, MPX_ROLE_SCRATCH, s->numel_pad * 4, "initial fp32 weights", err, errlen);
+    /* onto the backend a chunk at a time (train.update_chunk), so that no whole-model
+     * fp32 copy sits beside the host's */
+    size_t n = s->numel_pad, chunk = mpx_staging_elems(s, n), sb = s->shard_begin, se = sb + s->shard_len;
+    float *dev = must_alloc(s, MPX_ROLE_SCRATCH, chunk * 4, "initial fp32 weights", err, errlen);
     if (!dev) { free(host); return -1; }
-    rc = s->ops->to_device(s->be, dev, host, s->numel_pad * 4);
+    int from_weights = (s->prec.upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS) != 0;
+    for (size_t o = 0; !rc && o < n; o += chunk) {
+        size_t m = n - o < chunk ? n - o : chunk, lo = o > sb ? o : sb, hi = o + m < se ? o + m : se;
+        rc = s->ops->to_device(s->be, dev, host + o, m * 4);
+        if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), mpx_at(s->weights, o), m);
+        /* the master holds this rank's slice only */
+        if (!rc && s->master.p && !from_weights && lo < hi)
+            rc = s->ops->copy(s->be, (float *)s->master.p + (lo - sb), dev + (lo - o), (hi - lo) * 4);
+    }
     free(host);
-    if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), s->weights, s->numel_pad);
-    /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master;
-     * the master holds this rank's slice only */
-    if (!rc && s->master.p)
-        rc = s->prec.upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS
-                 ? s->ops->cast(s->be, mpx_at(s->weights, s->shard_begin), s->master, s->shard_len)
-                 : s->ops->copy(s->be, s->master.p, dev + s->shard_begin, s->shard_len * 4);
+    /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master */
+    if (!rc && s->master.p && from_weights)
+        rc = s->ops->cast(s->be, mpx_at(s->weights, sb), s->master, s->shard_len);
     s->inst[MPX_KIND_BACKEND].env.pub.host->release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
     if (rc) mpx_session_error(s, MPX_KIND_BACKEND, err, errlen);
     return rc;
@@ -320,11 +327,9 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
     return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
 }
 
-/* The weights from the model (checkpoint or init), then the model bound to the buffers
- * (grads.p NULL: forward-only). */
-static int fill_and_bind(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
+/* The model bound to the buffers (grads.p NULL: forward-only). */
+static int bind_model(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
-    if (fill_weights(s, err, errlen)) return -1;
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
                             .offsets = s->offsets, .numel = s->numel };
@@ -339,7 +344,7 @@ static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *er
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel_pad * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
     s->grads = mpx_a(NULL, d->grads);
-    return fill_and_bind(s, max_batch, max_seq, err, errlen);
+    return fill_weights(s, err, errlen) ? -1 : bind_model(s, max_batch, max_seq, err, errlen);
 }
 
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
@@ -359,6 +364,14 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
     size_t n = s->numel_pad, sh = s->shard_len;
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, n * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
+    if (d->master != MPX_DTYPE_NONE) {
+        s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, sh * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);
+        if (!s->master.p) return -1;
+    }
+    /* filled before the other buffers exist: the model's whole fp32 host copy of the
+     * initial weights then peaks beside the weights and master alone (the process's
+     * resident peak, docs/PRECISION-POLICIES.md) */
+    if (fill_weights(s, err, errlen)) return -1;
     int bucket = s->stage >= 2;
     s->grads = mpx_a(must_alloc(s, bucket ? MPX_ROLE_SCRATCH : MPX_ROLE_GRADS, n * mpx_dtype_size(d->grads),
                                 bucket ? "gradient reduction bucket" : "grads", err, errlen), d->grads);
@@ -371,10 +384,6 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
         mpx_dtype t = s->grad_acc.p ? s->grad_acc.t : s->grads.t;
         s->grad_shard = mpx_a(must_alloc(s, MPX_ROLE_GRADS, sh * mpx_dtype_size(t), "grads (owned slice)", err, errlen), t);
         if (!s->grad_shard.p) return -1;
-    }
-    if (d->master != MPX_DTYPE_NONE) {
-        s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, sh * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);
-        if (!s->master.p) return -1;
     }
     if (d->rounding == MPX_ROUND_KAHAN && d->master == MPX_DTYPE_NONE) {
         s->comp = mpx_a(must_alloc(s, MPX_ROLE_COMPENSATION, sh * mpx_dtype_size(d->weights), "Kahan compensation", err, errlen), d->weights);
@@ -390,13 +399,9 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
         s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, sh * mpx_dtype_size(d->opt_state), "optimizer state", err, errlen), d->opt_state);
         if (!s->state[i].p) return -1;
     }
-    /* The optimizer reads an fp32, unscaled gradient slice: the reduced slice itself when
-     * it is fp32, else a transient copy. */
-    mpx_arg red = mpx_shard_reduced(s);
-    if (red.t == MPX_F32) s->grad32 = red.p;
-    else if (!(s->grad32 = must_alloc(s, MPX_ROLE_SCRATCH, sh * 4, "fp32 gradient", err, errlen))) return -1;
-    if (!(s->update = must_alloc(s, MPX_ROLE_SCRATCH, sh * 4, "optimizer update", err, errlen))) return -1;
-    return fill_and_bind(s, max_batch, max_seq, err, errlen);
+    /* the fp32 gradient and update the optimizer reads and writes (update_window.h) */
+    if (mpx_update_plan_make(s, err, errlen)) return -1;
+    return bind_model(s, max_batch, max_seq, err, errlen);
 }
 
 void mpx_session_close(mpx_session *s)
@@ -423,6 +428,7 @@ void mpx_session_close(mpx_session *s)
     mpx_scaling_free(&s->scaling);
     free(s->param_gemm);
     free(s->pieces);
+    mpx_update_plan_free(&s->upd);
     if (s->cfg) mpx_config_free(s->cfg);
     free(s->src_keep);
     mpx_registry_free(&s->reg);

@@ -8,6 +8,7 @@
 #include "format_table.h"
 #include "registry.h"
 #include "scaling.h"
+#include "update_window.h"
 
 typedef struct mpx_session mpx_session;
 
@@ -57,9 +58,11 @@ struct mpx_session {
     mpx_arg weights, grads, grad_acc, master, comp;
     mpx_arg state[MPX_MAX_OPT_STATE];
     int n_state;
-    float *grad32, *update;  /* transient fp32 gradient and update (scratch) */
+    float *grad32, *update;  /* fp32 gradient (whole, or NULL: per window) and update (scratch) */
     mpx_piece *pieces;
     size_t n_pieces;
+    mpx_update_plan upd;     /* the update window by window (update_window.h) */
+    size_t upd_base;         /* where in the slice the optimizer's pieces start (apply_update) */
     uint32_t tick;           /* the window's micro-batch: (step * accumulation + micro) * ranks + rank (shard.h) */
 
     /* data parallelism (shard.h): this rank's slice of the flat state */

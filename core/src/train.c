@@ -16,6 +16,7 @@
 #include "schedule_glue.h"
 #include "shard.h"
 #include "train_state.h"
+#include "update_window.h"
 
 typedef struct train_cfg {
     int64_t batch, accum, epochs, max_steps, log_every, eval_every, checkpoint_every;
@@ -232,26 +233,12 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
     return mpx_clip_by_norm(s->ops, s->be, &all, 1, c->clip, *norm, NULL, err, errlen);
 }
 
-/* The fp32 master copy into the 16-bit weights. Nearest (and Kahan, whose compensation
- * the master already is) is a cast. Stochastic rounding goes through the backend's
- * apply_update, tensor by tensor with the tensor's Philox site: the update
- * u = master - weights is exact in fp32 (Sterbenz: the two are within a factor of 2),
- * so weights + u is the master value, then rounded stochastically. */
-static int write_back_master(mpx_session *s)
+static int gather_weights(mpx_session *s, char *err, size_t errlen)
 {
-    mpx_arg w = mpx_at(s->weights, s->shard_begin); /* this rank's slice */
-    if (s->prec.rounding != MPX_ROUND_STOCHASTIC || s->weights.t == MPX_F32)
-        return s->ops->cast(s->be, s->master, w, s->shard_len);
-    mpx_arg u = mpx_a(s->update, MPX_F32); /* free once the optimizer has applied it */
-    if (s->ops->cast(s->be, w, u, s->shard_len) ||
-        s->ops->axpby(s->be, 1.0f, s->master, -1.0f, u, s->shard_len))
+    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *c = &s->inst[MPX_KIND_COMM];
+    if (z->rec->vt.zero.gather_weights(z->self, c->self, &c->rec->vt.comm, s->weights, s->numel_pad)) {
+        mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
         return -1;
-    for (size_t i = 0; i < s->n_pieces; i++) {
-        const mpx_piece *p = &s->pieces[i];
-        mpx_rng rng = { s->seed, p->site, s->tick, p->tensor_offset };
-        if (s->ops->apply_update(s->be, mpx_at(w, p->offset), mpx_a(NULL, s->weights.t),
-                                 s->update + p->offset, p->len, MPX_ROUND_STOCHASTIC, rng))
-            return -1;
     }
     return 0;
 }
@@ -269,16 +256,29 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
         return -1;
     }
     /* master -> weights with the policy's rounding, then every rank's weights whole again */
-    if (s->master.p && write_back_master(s)) {
+    if (s->master.p && mpx_write_back_master(s, 0, s->shard_len, s->pieces, s->n_pieces, s->update)) {
         snprintf(err, errlen, "writing the master weights back failed");
         return -1;
     }
-    mpx_instance *z = &s->inst[MPX_KIND_ZERO], *c = &s->inst[MPX_KIND_COMM];
-    if (z->rec->vt.zero.gather_weights(z->self, c->self, &c->rec->vt.comm, s->weights, s->numel_pad)) {
-        mpx_session_error(s, MPX_KIND_ZERO, err, errlen);
+    return gather_weights(s, err, errlen);
+}
+
+/* Unscale, clip, the optimizer, the write-back and the gather: over the whole shard, or
+ * window by window (update_window.h; bitwise the same). */
+static int update_step(mpx_session *s, const train_cfg *c, double unscale, int64_t update_no, double lr,
+                       mpx_diagnostics *diag, double *norm, char *err, size_t errlen)
+{
+    double coef = 1.0;   /* windows without a whole fp32 gradient are clipped as they are cast */
+    if (!s->grad32 && unscale != 1.0) { /* no such copy only without loss scaling (update_window.c) */
+        snprintf(err, errlen, "unscaling by %g without an fp32 gradient copy (precision.loss_scale = \"none\")", unscale);
         return -1;
     }
-    return 0;
+    if (s->grad32 ? prepare_grad(s, c, unscale, norm, err, errlen) : mpx_update_norm(s, c->clip, norm, &coef, err, errlen))
+        return -1;
+    if (mpx_diag_before_update(diag, s)) { snprintf(err, errlen, "diagnostics failed"); return -1; }
+    if (!s->upd.on) return optimizer_step(s, update_no, lr, err, errlen);
+    if (mpx_update_windows(s, coef, update_no, lr, diag, err, errlen)) return -1;
+    return gather_weights(s, err, errlen);
 }
 
 /* DeepSpeed's FP16_Optimizer and BF16_Optimizer take one optimizer step on zero
@@ -287,6 +287,7 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
  * once; the 16-bit weights are not written back. */
 int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
 {
+    if (s->upd.on) return mpx_update_windows_zero_grad(s, lr, err, errlen);
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin),
@@ -332,11 +333,7 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
     if (accumulate(s, t, &c, step, scale, diag, loss, &tokens, err, errlen)) return -1;
     if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
     if (check_overflow(s, skipped)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
-    if (!*skipped) {
-        if (prepare_grad(s, &c, scale, &norm, err, errlen) || mpx_diag_before_update(diag, s) ||
-            optimizer_step(s, step + 1, lr, err, errlen))
-            return -1;
-    }
+    if (!*skipped && update_step(s, &c, scale, step + 1, lr, diag, &norm, err, errlen)) return -1;
     return mpx_diag_end_step(diag, s, step, !*skipped);
 }
 
@@ -379,9 +376,10 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         if (!skip) {
             /* FP16_Optimizer.step updates cur_scale before unscale_and_clip_grads reads it */
             double unscale = s->prec.upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? lsp->scale : scale;
-            if (prepare_grad(s, &c, unscale, &norm, err, errlen)) return -1;
-            if (mpx_diag_before_update(diag, s)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
-            if (optimizer_step(s, ++updates + init_steps, lr, err, errlen)) return -1;
+            if (update_step(s, &c, unscale, ++updates + init_steps, lr, diag, &norm, err, errlen)) {
+                snprintf(err + strlen(err), errlen - strlen(err), " (step %lld)", (long long)step);
+                return -1;
+            }
         } else {
             skipped++;
             json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));

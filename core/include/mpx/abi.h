@@ -25,8 +25,10 @@
  *  1.3  per-parameter GEMM dtypes (precision param_gemm, host param_gemm_dtype);
  *  1.4  mpx_ops: `flags` (MPX_OPS_DEVICE_MEMORY) and `fused_update` (optimizers on
  *       device memory), added with the cuda backend;
- *  1.5  mpx_comm_vtable.abort (optional): end every rank after one failed. */
-#define MPX_ABI_MINOR 5
+ *  1.5  mpx_comm_vtable.abort (optional): end every rank after one failed;
+ *  1.6  mpx_optimizer_vtable.flags (MPX_OPT_ELEMENTWISE: the host may run the update
+ *       window by window, mpx/optimizer.h). */
+#define MPX_ABI_MINOR 6
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -44,6 +44,20 @@ typedef struct mpx_optimizer_vtable {
     const char *(*state_name)(void *self, int i);
     /* Compute each piece's update and call env->host->apply_update for it. */
     int (*step)(void *self, mpx_env *env, const mpx_opt_step *s);
+
+    /* ---- ABI 1.6 (read only when `size` covers it) ---- */
+    /* MPX_OPT_* bits; 0 (and every older optimizer) promises nothing. */
+    uint32_t flags;
 } mpx_optimizer_vtable;
+
+/* Each element's update depends only on that element's param, grad and state, the
+ * piece's weight decay and the step's lr and number: no per-tensor norm, no collective.
+ * The host may then call `step` several times per optimizer step, each on a window of
+ * the shard with its pieces cut to it (a piece's `tensor_offset` and `len` say which
+ * part of the tensor) and `grad` / `update` pointing at window-sized buffers — the
+ * results are bitwise those of one call over the whole shard, and the fp32 gradient and
+ * update need not exist for the whole model at once (train.update_chunk). LAMB (the
+ * per-tensor trust ratio, reduced across ranks) must not set it. */
+#define MPX_OPT_ELEMENTWISE 1u
 
 #endif
