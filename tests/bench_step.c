@@ -274,7 +274,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
     double step_s = median(times, steps), ceil = median(ceil_gf, steps);
-    size_t core_scratch = s.numel * 4 * (1 + (s.grad32 != s.grads.p && s.grad32 != s.grad_acc.p));
+    size_t core_scratch = mpx_update_buffer_bytes(&s);   /* the fp32 gradient and update (update_window.h) */
     size_t model_scratch = scratch_now - core_scratch;
     size_t persistent = 0;
     for (int r = 0; r < MPX_ROLE_SCRATCH; r++) persistent += s.peak[r];

@@ -165,9 +165,27 @@ int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s)
     /* fp32 grads were not shadowed: their non-zero count, no underflow */
     if (s->grads.t == MPX_F32 && count_underflow(d, s, s->grad_acc.p ? s->grad_acc : s->grads, MPX_F32))
         return -1;
-    size_t bytes = s->numel * mpx_dtype_size(s->weights.t);
-    if (!d->wprev && !(d->wprev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, bytes, "diagnostics weights"))) return -1;
-    int rc = s->ops->copy(s->be, d->wprev, s->weights.p, bytes);
+    int rc = 0;
+    if (!s->upd.on) { /* the windowed step keeps one window's (mpx_diag_before_window) */
+        size_t bytes = s->numel * mpx_dtype_size(s->weights.t);
+        if (!d->wprev && !(d->wprev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, bytes, "diagnostics weights"))) return -1;
+        d->wprev_at = 0;
+        rc = s->ops->copy(s->be, d->wprev, s->weights.p, bytes);
+    }
+    d->seconds += now_s() - t0;
+    return rc;
+}
+
+int mpx_diag_before_window(mpx_diagnostics *d, mpx_session *s, size_t base, size_t len)
+{
+    if (!d->active) return 0;
+    double t0 = now_s();
+    size_t ws = mpx_dtype_size(s->weights.t);
+    if (!d->wprev &&
+        !(d->wprev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->upd.chunk * ws, "diagnostics weights (one update window)")))
+        return -1;
+    d->wprev_at = s->shard_begin + base;
+    int rc = s->ops->copy(s->be, d->wprev, mpx_at(s->weights, d->wprev_at).p, len * ws);
     d->seconds += now_s() - t0;
     return rc;
 }
@@ -185,7 +203,7 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
     for (size_t o = from; o < from + len; o += CHUNK) {
         size_t n = from + len - o < CHUNK ? from + len - o : CHUNK;
         size_t w = s->shard_begin + pc->offset + o;
-        if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), w).p, n * ws) ||
+        if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), w - d->wprev_at).p, n * ws) ||
             s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, w).p, n * ws) ||
             s->ops->to_host(s->be, d->h_c, update + (o - from), n * 4))
             return -1;

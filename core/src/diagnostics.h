@@ -50,7 +50,8 @@ typedef struct mpx_diagnostics {
     int shadowing;           /* the model writes fp32 grads into `shadow` this step */
     FILE *csv;
     mpx_arg shadow;          /* fp32 grads (scratch), when grads are 16-bit */
-    void *wprev;             /* the weights before the update (scratch) */
+    void *wprev;             /* the weights before the update (scratch): whole, or one update window */
+    size_t wprev_at;         /* the weights' element wprev[0] holds */
     float *h_a, *h_b, *h_c;  /* host chunks */
     uint8_t *group_of;       /* per parameter */
     mpx_diag_group g[MPX_GROUP_COUNT];
@@ -64,7 +65,12 @@ int mpx_diag_begin_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int64_
 /* After micro-batch `micro` (of n_micro): count underflow and round the shadow into the
  * grads — every micro-batch when the policy has a wider accumulator, else after the last. */
 int mpx_diag_after_backward(mpx_diagnostics *d, mpx_session *s, int64_t micro, int64_t n_micro);
+/* Before the update: the fp32 grads' non-zero counts and (whole-shard step) a copy of
+ * the weights. */
 int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s);
+/* The windowed step, before window [base, base + len) of the slice is updated: a copy of
+ * its weights (one window's buffer). */
+int mpx_diag_before_window(mpx_diagnostics *d, mpx_session *s, size_t base, size_t len);
 /* Stalls and update ratios of elements [from, from + len) of piece pc (a shard piece),
  * whose update values are update[0 .. len): after the update of a window (the
  * windowed step) or of the whole shard. Nothing when the step is not a diagnostic one. */

@@ -223,6 +223,10 @@ int mpx_update_windows(mpx_session *s, double coef, int64_t update_no, double lr
             snprintf(err, errlen, "the fp32 gradient of the update window at element %zu failed", w->base);
             return -1;
         }
+        if (diag && mpx_diag_before_window(diag, s, w->base, w->len)) {
+            snprintf(err, errlen, "diagnostics failed (update window at element %zu)", w->base);
+            return -1;
+        }
         if (window_step(s, w, g, update_no, lr, err, errlen)) return -1;
         if (s->master.p && mpx_write_back_master(s, w->base, w->len, u->pieces + w->first, w->n, s->update)) {
             snprintf(err, errlen, "writing the master weights back failed (update window at element %zu)", w->base);
