@@ -212,13 +212,6 @@ static const char minilm_json[] =
     " \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
     " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02,\n"
     " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0}\n";
-static const char bert_base_json[] =
-    "{\"architectures\": [\"BertForQuestionAnswering\"], \"model_type\": \"bert\",\n"
-    " \"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12,\n"
-    " \"intermediate_size\": 3072, \"vocab_size\": 30522, \"max_position_embeddings\": 512,\n"
-    " \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
-    " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02,\n"
-    " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0}\n";
 
 static int model_dir(char *dir, const char *json)
 {
@@ -252,7 +245,7 @@ int main(int argc, char **argv)
         cudaGetDeviceProperties(&prop, 0);
     }
     char mini[] = "/tmp/mpx-cuda-minilm-XXXXXX", base[] = "/tmp/mpx-cuda-bert-base-XXXXXX";
-    if (model_dir(mini, minilm_json) || model_dir(base, bert_base_json)) { perror("bench_cuda_step: model folder"); return 1; }
+    if (model_dir(mini, minilm_json) || model_dir(base, bench_bert_base_json)) { perror("bench_cuda_step: model folder"); return 1; }
     double ceil32 = NAN, ceil16 = NAN, ceilbf = NAN;
     if (on_cuda) {
         ceil32 = ceiling_tflops(CUDA_R_32F, batch);

@@ -18,18 +18,12 @@
 
 #include "../core/src/session.h"
 #include "../core/src/train.h"
+#include "bench_util.h"
 
 #define BATCH 1
 #define SEQ 128
 #define MAX_OVR 16
 
-static const char bert_base_json[] =
-    "{\"architectures\": [\"BertForQuestionAnswering\"], \"model_type\": \"bert\",\n"
-    " \"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12,\n"
-    " \"intermediate_size\": 3072, \"vocab_size\": 30522, \"max_position_embeddings\": 512,\n"
-    " \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
-    " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02,\n"
-    " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0}\n";
 
 typedef struct synth {
     int32_t ids[BATCH * SEQ], seg[BATCH * SEQ], mask[BATCH * SEQ], start[BATCH], end[BATCH];
@@ -164,7 +158,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir)) { perror("bench_memory: mkdtemp"); return 1; }
     snprintf(json, sizeof json, "%s/config.json", dir);
     FILE *f = fopen(json, "w");
-    if (!f || fputs(bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_memory: cannot write %s\n", json); return 1; }
+    if (!f || fputs(bench_bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_memory: cannot write %s\n", json); return 1; }
     printf("bert-base shapes, random init, batch %d x %d, %d steps, Adam; one process per case\n", BATCH, SEQ, steps);
     int bad = 0;
     for (int c = 0; c < n_cases; c++) {

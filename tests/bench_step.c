@@ -388,13 +388,6 @@ static double loadavg(void)
     return l;
 }
 
-static const char bert_base_json[] =
-    "{\"architectures\": [\"BertForQuestionAnswering\"], \"model_type\": \"bert\",\n"
-    " \"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12,\n"
-    " \"intermediate_size\": 3072, \"vocab_size\": 30522, \"max_position_embeddings\": 512,\n"
-    " \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
-    " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02,\n"
-    " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0}\n";
 
 static void print_row(const result *r)
 {
@@ -412,7 +405,7 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
     if (!mkdtemp(dir)) { perror("bench_step: mkdtemp"); return 1; }
     snprintf(json, sizeof json, "%s/config.json", dir);
     FILE *f = fopen(json, "w");
-    if (!f || fputs(bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_step: cannot write %s\n", json); return 1; }
+    if (!f || fputs(bench_bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_step: cannot write %s\n", json); return 1; }
     const char *mini = "models/checkpoints/minilm-l6";
     struct { const char *name, *ckpt, *json; int steps; } models[2] = {
         { "minilm-l6", mini, "models/checkpoints/minilm-l6/config.json", steps * 2 },
