@@ -11,6 +11,7 @@ for t in "$@"; do
     rm -rf "$work" && mkdir -p "$work"
     cp tests/fuzz/corpus/$t/* "$work"/ 2>/dev/null
     log=$dir/$t.log
+    rm -f "$dir"/crash-$t-*   # a crasher of an earlier run is not this run's (keep it in the corpus)
     start=$(date +%s.%N)
     ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
