@@ -14,6 +14,7 @@
 #include "shard.h"
 #include "train.h"
 #include "train_state.h"
+#include "weight_gather.h"
 
 extern const char *const mpx_metrics_columns[];
 extern const size_t mpx_n_metrics_columns;
@@ -206,8 +207,11 @@ static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int trai
     json_object_set_new(rec->root, "memory", memory_report(s, table));
     free(table);
     if (train && (save_model(s, rec->dir, err, errlen) || dump_final_weights(s, err, errlen))) return -1;
-    if (s->rank == 0 && t->evaluate(t, s, metrics, rec->dir, err, errlen)) return -1; /* rank 0 evaluates */
-    return 0;
+    /* rank 0 evaluates alone: at stage 3 every rank first gathers the weights for it */
+    if (mpx_wgather_begin_whole(s, err, errlen)) return -1;
+    int rc = s->rank == 0 ? t->evaluate(t, s, metrics, rec->dir, err, errlen) : 0;
+    mpx_wgather_end_whole(s);
+    return rc ? -1 : 0;
 }
 
 /* --resume DIR: the run folder is DIR; the configuration the checkpoint's unless given. */

@@ -167,9 +167,10 @@ int mpx_diag_before_update(mpx_diagnostics *d, mpx_session *s)
         return -1;
     int rc = 0;
     if (!s->upd.on) { /* the windowed step keeps one window's (mpx_diag_before_window) */
-        size_t bytes = s->numel * mpx_dtype_size(s->weights.t);
+        /* this rank's weights: all of them, or at stage 3 its slice (s->weights_len) */
+        size_t bytes = (s->weights_len < s->numel_pad ? s->weights_len : s->numel) * mpx_dtype_size(s->weights.t);
         if (!d->wprev && !(d->wprev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, bytes, "diagnostics weights"))) return -1;
-        d->wprev_at = 0;
+        d->wprev_at = s->weights_base;
         rc = s->ops->copy(s->be, d->wprev, s->weights.p, bytes);
     }
     d->seconds += now_s() - t0;
@@ -185,7 +186,7 @@ int mpx_diag_before_window(mpx_diagnostics *d, mpx_session *s, size_t base, size
         !(d->wprev = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->upd.chunk * ws, "diagnostics weights (one update window)")))
         return -1;
     d->wprev_at = s->shard_begin + base;
-    int rc = s->ops->copy(s->be, d->wprev, mpx_at(s->weights, d->wprev_at).p, len * ws);
+    int rc = s->ops->copy(s->be, d->wprev, mpx_at(s->weights, d->wprev_at - s->weights_base).p, len * ws);
     d->seconds += now_s() - t0;
     return rc;
 }
@@ -204,7 +205,7 @@ static int piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *pc
         size_t n = from + len - o < CHUNK ? from + len - o : CHUNK;
         size_t w = s->shard_begin + pc->offset + o;
         if (s->ops->to_host(s->be, d->h_a, mpx_at(mpx_a(d->wprev, wt), w - d->wprev_at).p, n * ws) ||
-            s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, w).p, n * ws) ||
+            s->ops->to_host(s->be, d->h_b, mpx_at(s->weights, w - s->weights_base).p, n * ws) ||
             s->ops->to_host(s->be, d->h_c, update + (o - from), n * 4))
             return -1;
         mpx_diag_stalled(d->h_a, d->h_b, wt, d->h_c, n, &x->updated, &x->stalled);

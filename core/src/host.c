@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "session.h"
+#include "shard.h"
 
 static mpx_env_impl *impl(mpx_env *env) { return (mpx_env_impl *)env; }
 
@@ -152,7 +153,7 @@ static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *
      * acts when the master is written back to the weights. Pieces are indexed from this
      * rank's slice (shard.h): the master and the Kahan buffer hold only the slice. */
     int has_master = s->master.p != NULL;
-    mpx_arg target = has_master ? mpx_at(s->master, at) : mpx_at(s->weights, s->shard_begin + at);
+    mpx_arg target = has_master ? mpx_at(s->master, at) : mpx_at(mpx_shard_weights(s), at);
     mpx_arg comp = s->comp.p && !has_master ? mpx_at(s->comp, at) : (mpx_arg){ NULL, target.t };
     mpx_rounding mode = has_master ? MPX_ROUND_NEAREST : s->prec.rounding;
     mpx_rng rng = { s->seed, piece->site, s->tick, piece->tensor_offset };
@@ -185,8 +186,8 @@ void mpx_session_tensor_name(const mpx_session *s, const void *p, char *buf, siz
     const char *c = p;
     size_t wsz = mpx_dtype_size(s->weights.t);
     const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
-    if (s->weights.p && wsz && c >= (const char *)s->weights.p && c < (const char *)s->weights.p + s->numel * wsz && m->self) {
-        size_t el = (size_t)(c - (const char *)s->weights.p) / wsz;
+    if (s->weights.p && wsz && c >= (const char *)s->weights.p && c < (const char *)s->weights.p + s->weights_len * wsz && m->self) {
+        size_t el = s->weights_base + (size_t)(c - (const char *)s->weights.p) / wsz;
         for (size_t i = s->n_params; i-- > 0;)
             if (s->offsets[i] <= el) {
                 const mpx_param_info *pi = m->rec->vt.model.param(m->self, i);

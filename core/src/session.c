@@ -10,6 +10,7 @@
 #include "memory_plan.h"
 #include "session.h"
 #include "shard.h"
+#include "weight_gather.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
 
@@ -119,6 +120,10 @@ int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
                 append(err, errlen, "%s refuses this configuration: %s%s\n", in->env.label, why, "");
         }
     }
+    /* zero/stage3 reads the weights through the model's gather hook (weight_gather.h) */
+    char why[512];
+    if (!strcmp(s->inst[MPX_KIND_ZERO].rec->desc.name, "stage3") && mpx_wgather_model_refuses(s, why, sizeof why))
+        append(err, errlen, "%s%s%s\n", why, "", "");
     size_t n = strlen(err);
     if (n && err[n - 1] == '\n') err[n - 1] = 0;
     return n ? -1 : 0;
@@ -192,6 +197,7 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     START(MPX_KIND_ZERO, z->rec->vt.zero.create(&z->env.pub, &z->self));
     s->stage = z->rec->vt.zero.stage(z->self);
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (s->stage >= 3 && mpx_wgather_model_refuses(s, err, errlen)) return -1;
     START(MPX_KIND_MODEL, m->rec->vt.model.create(&m->env.pub, &m->self));
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     START(MPX_KIND_OPTIMIZER, o->rec->vt.optimizer.create(&o->env.pub, &o->self));
@@ -305,7 +311,11 @@ static int fill_weights(mpx_session *s, char *err, size_t errlen)
     for (size_t o = 0; !rc && o < n; o += chunk) {
         size_t m = n - o < chunk ? n - o : chunk, lo = o > sb ? o : sb, hi = o + m < se ? o + m : se;
         rc = s->ops->to_device(s->be, dev, host + o, m * 4);
-        if (!rc) rc = s->ops->cast(s->be, mpx_a(dev, MPX_F32), mpx_at(s->weights, o), m);
+        /* (stage 3: only this rank's slice of the weights, [weights_base, + weights_len)) */
+        size_t wl = o > s->weights_base ? o : s->weights_base, wh = s->weights_base + s->weights_len;
+        if (wh > o + m) wh = o + m;
+        if (!rc && wl < wh)
+            rc = s->ops->cast(s->be, mpx_a(dev + (wl - o), MPX_F32), mpx_at(s->weights, wl - s->weights_base), wh - wl);
         /* the master holds this rank's slice only */
         if (!rc && s->master.p && !from_weights && lo < hi)
             rc = s->ops->copy(s->be, (float *)s->master.p + (lo - sb), dev + (lo - o), (hi - lo) * 4);
@@ -313,7 +323,7 @@ static int fill_weights(mpx_session *s, char *err, size_t errlen)
     free(host);
     /* DeepSpeed casts the module before its optimizer wrapper clones the fp32 master */
     if (!rc && s->master.p && from_weights)
-        rc = s->ops->cast(s->be, mpx_at(s->weights, sb), s->master, s->shard_len);
+        rc = s->ops->cast(s->be, mpx_shard_weights(s), s->master, s->shard_len);
     s->inst[MPX_KIND_BACKEND].env.pub.host->release(&s->inst[MPX_KIND_BACKEND].env.pub, dev);
     if (rc) mpx_session_error(s, MPX_KIND_BACKEND, err, errlen);
     return rc;
@@ -327,14 +337,16 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
     return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
 }
 
-/* The model bound to the buffers (grads.p NULL: forward-only). */
+/* The model bound to the buffers (grads.p NULL: forward-only; partitioned weights: the
+ * gather hook, weight_gather.h). */
 static int bind_model(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
-    mpx_model_bind bind = { .size = sizeof bind, .weights = s->weights, .grads = s->grads,
-                            .offsets = s->offsets, .numel = s->numel };
+    int partitioned = s->weights_len < s->numel_pad;
+    mpx_model_bind bind = { .size = sizeof bind, .weights = partitioned ? mpx_a(NULL, s->weights.t) : s->weights,
+                            .grads = s->grads, .offsets = s->offsets, .numel = s->numel };
     START(MPX_KIND_MODEL, m->rec->vt.model.bind(m->self, &bind, max_batch, max_seq));
-    return 0;
+    return s->stage >= 3 && s->grads.p ? mpx_wgather_bind(s, err, errlen) : 0;
 }
 
 /* Forward-only (mpx eval): the weights alone, and the model bound with no grads. */
@@ -343,6 +355,8 @@ static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *er
     const mpx_precision_desc *d = &s->prec;
     s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->numel_pad * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
+    s->weights_base = 0;   /* whole, at every stage: evaluation runs on one rank */
+    s->weights_len = s->numel_pad;
     s->grads = mpx_a(NULL, d->grads);
     return fill_weights(s, err, errlen) ? -1 : bind_model(s, max_batch, max_seq, err, errlen);
 }
@@ -360,9 +374,12 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
     /* weights, grads and the accumulator are whole on every rank (padded to a multiple of
      * the world size); master, optimizer state and the Kahan buffer only this rank's
      * slice; from stage 2 the whole-model grads are the reduction bucket backward writes
-     * and the reduced slice is kept apart (shard.h) */
+     * and the reduced slice is kept apart (shard.h); at stage 3 the weights are this
+     * rank's slice too, gathered layer by layer for the model (weight_gather.h) */
     size_t n = s->numel_pad, sh = s->shard_len;
-    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, n * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
+    s->weights_base = s->stage >= 3 ? s->shard_begin : 0;
+    s->weights_len = s->stage >= 3 ? sh : n;
+    s->weights = mpx_a(must_alloc(s, MPX_ROLE_WEIGHTS, s->weights_len * mpx_dtype_size(d->weights), "weights", err, errlen), d->weights);
     if (!s->weights.p) return -1;
     if (d->master != MPX_DTYPE_NONE) {
         s->master = mpx_a(must_alloc(s, MPX_ROLE_MASTER, sh * mpx_dtype_size(d->master), "master weights", err, errlen), d->master);

@@ -71,6 +71,13 @@ struct mpx_session {
     size_t shard_begin, shard_len; /* the owned range [begin, begin + len) of numel_pad */
     mpx_arg grad_shard;      /* stage 2: this rank's reduced gradient slice */
     mpx_arg comm_buf;        /* the gradient in precision.comm_dtype when it differs */
+    /* stage 3 (weight_gather.h): s->weights is [weights_base, + weights_len) of the padded
+     * buffer (elsewhere 0 and numel_pad); the gather hook the model calls and its buffer */
+    size_t weights_base, weights_len;
+    mpx_weight_gather wg;
+    mpx_arg wg_buf, wg_whole;
+    size_t wg_cap;
+    int wg_held;
     void *src_keep;          /* the schema source the config points to */
 };
 

@@ -1,4 +1,5 @@
 #include "shard.h"
+#include "weight_gather.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -86,7 +87,10 @@ int mpx_shard_reduce_grads(mpx_session *s, char *err, size_t errlen)
 int mpx_shard_gather_fp32(mpx_session *s, void *dev, char *err, size_t errlen)
 {
     size_t b = s->shard_begin, len = s->shard_len;
-    int partitioned = s->master.p && len < s->numel_pad;
+    /* the master when there is one, else the weights: partitioned from stage 1 (master)
+     * or stage 3 (weights) */
+    mpx_arg src = s->master.p ? s->master : mpx_shard_weights(s);
+    int partitioned = (s->master.p || s->weights_len < s->numel_pad) && len < s->numel_pad;
     if (!partitioned) {
         if (s->ops->cast(s->be, s->master.p ? s->master : s->weights, mpx_a(dev, MPX_F32), s->numel)) {
             snprintf(err, errlen, "widening the weights to fp32 failed");
@@ -97,12 +101,12 @@ int mpx_shard_gather_fp32(mpx_session *s, void *dev, char *err, size_t errlen)
     float *full = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->numel_pad * 4, "gathered fp32 master");
     if (!full) { snprintf(err, errlen, "out of memory gathering the master copy"); return -1; }
     mpx_arg all = mpx_a(full, MPX_F32), mine = mpx_at(all, b);
-    int rc = s->ops->copy(s->be, mine.p, s->master.p, len * 4);
+    int rc = cast_or_copy(s, src, mine, len);
     if (!rc && comm_vt(s)->allgather(s->inst[MPX_KIND_COMM].self, mine, all, len)) {
         mpx_session_error(s, MPX_KIND_COMM, err, errlen);
         rc = -1;
     } else if (rc) {
-        snprintf(err, errlen, "staging the master slice failed");
+        snprintf(err, errlen, "staging the %s slice failed", s->master.p ? "master" : "weights");
     }
     if (!rc && s->ops->copy(s->be, dev, full, s->numel * 4)) { snprintf(err, errlen, "copying the gathered master failed"); rc = -1; }
     mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, full);

@@ -17,6 +17,7 @@
 #include "shard.h"
 #include "train_state.h"
 #include "update_window.h"
+#include "weight_gather.h"
 
 typedef struct train_cfg {
     int64_t batch, accum, epochs, max_steps, log_every, eval_every, checkpoint_every;
@@ -248,7 +249,7 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = update_no,
-                        .param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin),
+                        .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
     if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
@@ -290,7 +291,7 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
     if (s->upd.on) return mpx_update_windows_zero_grad(s, lr, err, errlen);
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
-                        .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin),
+                        .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
     if (s->ops->fill_zero(s->be, s->grad32, s->shard_len * sizeof(float))) {
@@ -342,6 +343,18 @@ const char *const mpx_metrics_columns[N_COLS] = {
     "step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens_per_s", "elapsed_s",
 };
 const size_t mpx_n_metrics_columns = N_COLS;
+
+/* An evaluation after `steps` steps, appended to metrics.evals. */
+static int evaluate_during(mpx_session *s, mpx_task *t, json_t *metrics, int64_t steps, char *err, size_t errlen)
+{
+    json_t *m = json_object();
+    if (t->evaluate(t, s, m, NULL, err, errlen)) { json_decref(m); return -1; }
+    json_object_set_new(m, "step", json_integer(steps));
+    json_t *evals = json_object_get(metrics, "evals");
+    if (!evals) json_object_set_new(metrics, "evals", evals = json_array());
+    json_array_append_new(evals, m);
+    return 0;
+}
 
 /* The steps themselves, with the state mpx_train set up. */
 static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train_cfg *cp, int64_t total,
@@ -405,13 +418,12 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
             snprintf(err, errlen, "step %lld: cannot write %s: %s", (long long)step, rec->json_path, strerror(errno));
             return -1;
         }
-        if (s->rank == 0 && c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
-            json_t *m = json_object();
-            if (t->evaluate(t, s, m, NULL, err, errlen)) { json_decref(m); return -1; }
-            json_object_set_new(m, "step", json_integer(step + 1));
-            json_t *evals = json_object_get(metrics, "evals");
-            if (!evals) json_object_set_new(metrics, "evals", evals = json_array());
-            json_array_append_new(evals, m);
+        if (c.eval_every > 0 && (step + 1) % c.eval_every == 0 && step + 1 < total) {
+            /* rank 0 evaluates alone: at stage 3 every rank first gathers the weights for it */
+            if (mpx_wgather_begin_whole(s, err, errlen)) return -1;
+            int erc = s->rank == 0 ? evaluate_during(s, t, metrics, step + 1, err, errlen) : 0;
+            mpx_wgather_end_whole(s);
+            if (erc) return -1;
         }
         if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < total) {
             *pr = (mpx_train_progress){ step + 1, total, updates, skipped, tokens_total, first_loss, last_loss,

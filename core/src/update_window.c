@@ -168,7 +168,7 @@ int mpx_update_norm(mpx_session *s, double clip, double *norm, double *coef, cha
 int mpx_write_back_master(mpx_session *s, size_t base, size_t len, const mpx_piece *pieces, size_t n_pieces,
                           float *update)
 {
-    mpx_arg w = mpx_at(s->weights, s->shard_begin + base), m = mpx_at(s->master, base);
+    mpx_arg w = mpx_at(mpx_shard_weights(s), base), m = mpx_at(s->master, base);
     if (s->prec.rounding != MPX_ROUND_STOCHASTIC || s->weights.t == MPX_F32) return s->ops->cast(s->be, m, w, len);
     mpx_arg u = mpx_a(update, MPX_F32); /* free once the optimizer has applied it */
     if (s->ops->cast(s->be, w, u, len) || s->ops->axpby(s->be, 1.0f, m, -1.0f, u, len)) return -1;
@@ -187,7 +187,7 @@ static int window_step(mpx_session *s, const mpx_update_window *w, const float *
                        char *err, size_t errlen)
 {
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
-    mpx_arg param = s->master.p ? s->master : mpx_at(s->weights, s->shard_begin);
+    mpx_arg param = s->master.p ? s->master : mpx_shard_weights(s);
     mpx_opt_step st = { .size = sizeof st, .pieces = s->upd.pieces + w->first, .n_pieces = w->n, .lr = lr,
                         .step = update_no, .param = mpx_at(param, w->base), .grad = grad, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = mpx_at(s->state[i], w->base);

@@ -75,6 +75,8 @@ typedef struct bert {
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
     size_t *off;
+    const mpx_weight_gather *wg; /* zero/stage3: weights gathered a layer at a time (ABI 1.6), else NULL */
+    size_t w_base;            /* element of the flat weights where W starts (gathered: its range's first) */
     int max_b, max_s;
 
     void **scratch;           /* every scratch allocation, for release */
@@ -125,6 +127,13 @@ void bert_init_normal(float *dst, size_t n, float std, uint64_t seed, uint32_t s
 int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq);
 void bert_unbind(bert *m);
 
+/* ZeRO-3 (zero/stage3, ABI 1.6): the parameters of layer l (-1: the embeddings; l =
+ * layers: the QA head) readable through bert_w until bert_leave_layer, which returns rc
+ * or the release's failure. With whole weights (no gather hook) neither does anything. */
+int bert_enter_layer(bert *m, int l);
+int bert_leave_layer(bert *m, int rc);
+int bert_set_weight_gather(bert *m, const mpx_weight_gather *g);
+
 /* bert_forward.c / bert_backward.c */
 int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out);
 int bert_backward(bert *m, const mpx_batch *batch, float loss_scale, int accumulate);
@@ -151,7 +160,7 @@ static inline uint32_t bert_site(int l, int s)
 }
 
 /* Shorthands used by forward and backward. */
-static inline mpx_arg bert_w(const bert *m, size_t p) { return mpx_at(m->W, m->off[p]); }
+static inline mpx_arg bert_w(const bert *m, size_t p) { return mpx_at(m->W, m->off[p] - m->w_base); }
 static inline mpx_arg bert_g(const bert *m, size_t p) { return mpx_at(m->G, m->off[p]); }
 static inline size_t bert_numel(const bert *m, size_t p)
 {

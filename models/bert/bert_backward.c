@@ -213,15 +213,20 @@ static int backward_all(bert *m, const mpx_batch *batch, float loss_scale, int a
     if (batch && batch->tick != m->tick)
         return MPX_FAIL(m->env, "backward for tick %u but the last forward was tick %u", batch->tick, m->tick);
     const int acc = accumulate != 0;
+    /* each layer's weights gathered again for its backward under zero/stage3 */
     m->dt_gemm = bert_param_gemm(m, bert_head_param(m, 0), 1);
-    MPX_TRY(head_bwd(m, loss_scale, acc));
+    MPX_TRY(bert_enter_layer(m, m->cfg.layers));
+    MPX_TRY(bert_leave_layer(m, head_bwd(m, loss_scale, acc)));
     for (int l = m->cfg.layers - 1; l >= 0; l--) {
         mpx_arg x = l ? mpx_a(m->act[l - 1].x2, m->dt_ln) : mpx_a(m->x0, m->dt_ln);
         m->dt_gemm = bert_param_gemm(m, bert_layer_param(l, L_Q_W), 1);
-        MPX_TRY(ffn_bwd(m, l, acc));
-        MPX_TRY(attention_bwd(m, l, x, acc));
+        MPX_TRY(bert_enter_layer(m, l));
+        int rc = ffn_bwd(m, l, acc);
+        if (!rc) rc = attention_bwd(m, l, x, acc);
+        MPX_TRY(bert_leave_layer(m, rc));
     }
-    return embeddings_bwd(m, acc);
+    MPX_TRY(bert_enter_layer(m, -1));
+    return bert_leave_layer(m, embeddings_bwd(m, acc));
 }
 
 /* The backward GEMMs compute in the policy's grad_gemm_in (E5M2 for fp8 HYBRID), or

@@ -141,6 +141,8 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
                         mpx_dtype_name(m->dt_w), mpx_dtype_name(m->dt_grad));
     m->W = b->weights;
     m->G = b->grads;
+    m->wg = NULL;
+    m->w_base = 0;
     m->off = malloc(m->n_params * sizeof *m->off);
     m->act = calloc((size_t)m->cfg.layers + 1, sizeof *m->act);
     m->h_ids = malloc((size_t)max_batch * (size_t)max_seq * sizeof(int32_t));
@@ -162,6 +164,34 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
     return rc;
 }
 
+/* A layer's parameters are contiguous in the table (bert_params.c): the embeddings, each
+ * layer's L_COUNT, the head. */
+int bert_enter_layer(bert *m, int l)
+{
+    if (!m->wg) return MPX_OK;
+    size_t first = l < 0 ? 0 : bert_layer_param(l, 0);
+    size_t end = l < 0 ? P_EMB_COUNT : l < m->cfg.layers ? bert_layer_param(l + 1, 0) : m->n_params;
+    MPX_TRY(m->wg->gather(m->wg->ctx, first, end, &m->W));
+    m->w_base = m->off[first];
+    return MPX_OK;
+}
+
+int bert_leave_layer(bert *m, int rc)
+{
+    if (!m->wg) return rc;
+    int r = m->wg->release(m->wg->ctx);
+    m->W.p = NULL;
+    return rc ? rc : r;
+}
+
+int bert_set_weight_gather(bert *m, const mpx_weight_gather *g)
+{
+    if (!m->bound) return MPX_FAIL(m->env, "set_weight_gather before bind");
+    m->wg = g;
+    m->W.p = NULL;
+    return MPX_OK;
+}
+
 void bert_unbind(bert *m)
 {
     free(m->pg);
@@ -177,6 +207,7 @@ void bert_unbind(bert *m)
     m->off = NULL;
     m->act = NULL;
     m->wgrad_low = NULL;
+    m->wg = NULL;
     m->h_ids = m->h_pos = NULL;
     m->bound = 0;
     m->has_forward = 0;

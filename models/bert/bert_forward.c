@@ -267,16 +267,18 @@ int bert_forward(bert *m, const mpx_batch *batch, mpx_forward_out *out)
     m->drop_on = batch->training != 0;
     m->tick = batch->tick;
     m->logits_t = batch->training ? m->dt_act : m->dt_eval;
-    MPX_TRY(embeddings(m));
+    /* one layer's weights at a time (gathered and released under zero/stage3) */
+    MPX_TRY(bert_enter_layer(m, -1));
+    MPX_TRY(bert_leave_layer(m, embeddings(m)));
     mpx_arg x = mpx_a(m->x0, m->dt_ln);
     int rc = 0;
     for (int l = 0; l < m->cfg.layers && !rc; l++) {
         m->dt_gemm = bert_param_gemm(m, bert_layer_param(l, L_Q_W), 0);
-        rc = encoder_layer(m, l, x);
+        if (!(rc = bert_enter_layer(m, l))) rc = bert_leave_layer(m, encoder_layer(m, l, x));
         x = mpx_a(m->act[l].x2, m->dt_ln);
     }
     m->dt_gemm = bert_param_gemm(m, bert_head_param(m, 0), 0);
-    if (!rc) rc = qa_head(m);
+    if (!rc && !(rc = bert_enter_layer(m, m->cfg.layers))) rc = bert_leave_layer(m, qa_head(m));
     m->dt_gemm = m->dt_gemm_fwd;
     MPX_TRY(rc);
     out->loss = NAN;

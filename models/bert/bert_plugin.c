@@ -137,6 +137,8 @@ static int vt_set_grads(void *self, mpx_arg grads)
     return MPX_OK;
 }
 
+static int vt_set_weight_gather(void *self, const mpx_weight_gather *g) { return bert_set_weight_gather(self, g); }
+
 static const mpx_model_vtable bert_vtable = {
     .size = sizeof(mpx_model_vtable),
     .create = bert_create, .destroy = bert_destroy,
@@ -144,7 +146,7 @@ static const mpx_model_vtable bert_vtable = {
     .n_sites = bert_n_sites, .site = bert_site_info,
     .init_weights = vt_init_weights, .bind = vt_bind,
     .forward = vt_forward, .backward = vt_backward, .save = vt_save,
-    .set_grads = vt_set_grads,
+    .set_grads = vt_set_grads, .set_weight_gather = vt_set_weight_gather,
 };
 
 static const mpx_plugin_desc bert_desc = {

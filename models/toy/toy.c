@@ -26,6 +26,8 @@ typedef struct toy {
     float init_std;
     mpx_param_info params[N_PARAMS];
     mpx_model_bind bind;
+    const mpx_weight_gather *wg;  /* zero/stage3: weights gathered per layer (ABI 1.6), else NULL */
+    size_t w_base;                /* element of the flat weights where bind.weights starts */
     int max_batch;
     void *x, *h, *a, *logits;     /* activations */
     void *dlogits, *da, *dh, *dx; /* their grads */
@@ -103,6 +105,8 @@ static int toy_bind(void *self, const mpx_model_bind *bind, int max_batch, int m
     toy *t = self;
     (void)max_seq;
     t->bind = *bind;
+    t->wg = NULL;
+    t->w_base = 0;
     t->max_batch = max_batch;
     t->prec = t->env->host->precision(t->env);
     t->ops = t->env->host->ops(t->env, &t->be);
@@ -122,7 +126,34 @@ static int toy_bind(void *self, const mpx_model_bind *bind, int max_batch, int m
     return MPX_OK;
 }
 
-static mpx_arg weight(toy *t, int i) { return mpx_at(t->bind.weights, t->bind.offsets[i]); }
+static mpx_arg weight(toy *t, int i) { return mpx_at(t->bind.weights, t->bind.offsets[i] - t->w_base); }
+
+/* ZeRO-3 (zero/stage3, ABI 1.6): parameters [first, end) readable through weight() until
+ * release_params. With whole weights (no gather hook) both do nothing. */
+static int gather_params(toy *t, int first, int end)
+{
+    if (!t->wg) return MPX_OK;
+    MPX_TRY(t->wg->gather(t->wg->ctx, (size_t)first, (size_t)end, &t->bind.weights));
+    t->w_base = t->bind.offsets[first];
+    return MPX_OK;
+}
+
+/* Gives the gathered parameters back; returns rc, or the release's failure. */
+static int release_params(toy *t, int rc)
+{
+    if (!t->wg) return rc;
+    int r = t->wg->release(t->wg->ctx);
+    t->bind.weights.p = NULL;
+    return rc ? rc : r;
+}
+
+static int toy_set_weight_gather(void *self, const mpx_weight_gather *g)
+{
+    toy *t = self;
+    t->wg = g;
+    t->bind.weights.p = NULL;
+    return MPX_OK;
+}
 static mpx_arg grad(toy *t, int i) { return mpx_at(t->bind.grads, t->bind.offsets[i]); }
 
 /* C[m×n] = A[m×k] · B^T (B stored n×k), as nn.Linear does. */
@@ -157,15 +188,21 @@ static int toy_forward(void *self, const mpx_batch *batch, mpx_forward_out *out)
     mpx_dtype loss_t = mpx_island_dtype(t->prec, MPX_ISLAND_LOSS);
     int in = (int)(t->seq_len * t->dim), H = (int)t->hidden, C = (int)t->classes;
     const mpx_ops *o = t->ops;
-    MPX_TRY(o->embedding_fwd(t->be, ids->data, (size_t)B * (size_t)t->seq_len, weight(t, P_EMBED),
-                             (size_t)t->vocab, (size_t)t->dim, mpx_a(t->x, act)));
-    MPX_TRY(linear(t, mpx_a(t->x, act), weight(t, P_FC1_W), mpx_a(t->h, act), B, H, in));
-    MPX_TRY(o->bias_add(t->be, mpx_a(t->h, act), weight(t, P_FC1_B), mpx_a(t->h, act), (size_t)B, (size_t)H));
+    /* one layer's parameters at a time (under zero/stage3 each is gathered, then released) */
+    MPX_TRY(gather_params(t, P_EMBED, P_FC1_W));
+    MPX_TRY(release_params(t, o->embedding_fwd(t->be, ids->data, (size_t)B * (size_t)t->seq_len, weight(t, P_EMBED),
+                                               (size_t)t->vocab, (size_t)t->dim, mpx_a(t->x, act))));
+    MPX_TRY(gather_params(t, P_FC1_W, P_FC2_W));
+    int rc = linear(t, mpx_a(t->x, act), weight(t, P_FC1_W), mpx_a(t->h, act), B, H, in);
+    if (!rc) rc = o->bias_add(t->be, mpx_a(t->h, act), weight(t, P_FC1_B), mpx_a(t->h, act), (size_t)B, (size_t)H);
+    MPX_TRY(release_params(t, rc));
     MPX_TRY(o->gelu_fwd(t->be, mpx_a(t->h, act), mpx_a(t->a, act), (size_t)B * (size_t)H));
     mpx_dtype logit_t = batch->training ? loss_t : t->prec->eval_logits;
-    MPX_TRY(linear(t, mpx_a(t->a, act), weight(t, P_FC2_W), mpx_a(t->logits, logit_t), B, C, H));
-    MPX_TRY(o->bias_add(t->be, mpx_a(t->logits, logit_t), weight(t, P_FC2_B), mpx_a(t->logits, logit_t),
-                        (size_t)B, (size_t)C));
+    MPX_TRY(gather_params(t, P_FC2_W, N_PARAMS));
+    rc = linear(t, mpx_a(t->a, act), weight(t, P_FC2_W), mpx_a(t->logits, logit_t), B, C, H);
+    if (!rc) rc = o->bias_add(t->be, mpx_a(t->logits, logit_t), weight(t, P_FC2_B), mpx_a(t->logits, logit_t),
+                              (size_t)B, (size_t)C);
+    MPX_TRY(release_params(t, rc));
     out->loss = NAN;
     if (labels) {
         mpx_arg none = { NULL, loss_t };
@@ -214,11 +251,14 @@ static int toy_backward(void *self, const mpx_batch *batch, float loss_scale, in
                              &loss, mpx_a(t->dlogits, act), loss_scale));
     MPX_TRY(weight_grad(t, mpx_a(t->dlogits, act), mpx_a(t->a, act), grad(t, P_FC2_W), B, C, H, accumulate));
     MPX_TRY(o->bias_grad(t->be, mpx_a(t->dlogits, act), grad(t, P_FC2_B), (size_t)B, (size_t)C, accumulate));
-    MPX_TRY(input_grad(t, mpx_a(t->dlogits, act), weight(t, P_FC2_W), mpx_a(t->da, act), B, C, H));
+    /* the weights again for the input gradients (the embedding's backward needs none) */
+    MPX_TRY(gather_params(t, P_FC2_W, N_PARAMS));
+    MPX_TRY(release_params(t, input_grad(t, mpx_a(t->dlogits, act), weight(t, P_FC2_W), mpx_a(t->da, act), B, C, H)));
     MPX_TRY(o->gelu_bwd(t->be, mpx_a(t->da, act), mpx_a(t->h, act), mpx_a(t->dh, act), (size_t)B * (size_t)H));
     MPX_TRY(weight_grad(t, mpx_a(t->dh, act), mpx_a(t->x, act), grad(t, P_FC1_W), B, H, in, accumulate));
     MPX_TRY(o->bias_grad(t->be, mpx_a(t->dh, act), grad(t, P_FC1_B), (size_t)B, (size_t)H, accumulate));
-    MPX_TRY(input_grad(t, mpx_a(t->dh, act), weight(t, P_FC1_W), mpx_a(t->dx, act), B, H, in));
+    MPX_TRY(gather_params(t, P_FC1_W, P_FC2_W));
+    MPX_TRY(release_params(t, input_grad(t, mpx_a(t->dh, act), weight(t, P_FC1_W), mpx_a(t->dx, act), B, H, in)));
     mpx_arg dembed = grad(t, P_EMBED);
     if (!accumulate)
         MPX_TRY(o->fill_zero(t->be, dembed.p, (size_t)(t->vocab * t->dim) * mpx_dtype_size(dembed.t)));
@@ -245,7 +285,7 @@ static const mpx_model_vtable toy_vtable = {
     .n_sites = toy_n_sites, .site = toy_site,
     .init_weights = toy_init_weights, .bind = toy_bind,
     .forward = toy_forward, .backward = toy_backward, .save = toy_save,
-    .set_grads = toy_set_grads,
+    .set_grads = toy_set_grads, .set_weight_gather = toy_set_weight_gather,
 };
 
 static const mpx_plugin_desc toy_desc = {

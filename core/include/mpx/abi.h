@@ -27,8 +27,10 @@
  *       device memory), added with the cuda backend;
  *  1.5  mpx_comm_vtable.abort (optional): end every rank after one failed;
  *  1.6  mpx_optimizer_vtable.flags (MPX_OPT_ELEMENTWISE: the host may run the update
- *       window by window, mpx/optimizer.h). */
-#define MPX_ABI_MINOR 6
+ *       window by window, mpx/optimizer.h);
+ *  1.7  mpx_model_vtable.set_weight_gather (optional, mpx/model.h): ZeRO-3's weights,
+ *       gathered layer by layer just in time. */
+#define MPX_ABI_MINOR 7
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -99,6 +99,21 @@ typedef struct mpx_forward_out {
     size_t rows, cols;     /* each output is rows × cols */
 } mpx_forward_out;
 
+/* ABI 1.6: ZeRO-3's weights (zero/stage3; DESIGN, One training step, items 1 and 3).
+ * Each rank holds only its slice of the flat weights; the host makes a run of parameters
+ * whole for as long as the model reads them. */
+typedef struct mpx_weight_gather {
+    uint32_t size;
+    void *ctx;
+    /* Makes parameters [first, end) of the table readable: *w then holds them in the
+     * weights dtype, parameter i at element offsets[i] - offsets[first] of *w. Collective:
+     * every rank makes the same calls in the same order. At most one range is held at a
+     * time: the model releases it before gathering the next. */
+    int (*gather)(void *ctx, size_t first, size_t end, mpx_arg *w);
+    /* Gives back what the last gather made readable (its memory is reused). */
+    int (*release)(void *ctx);
+} mpx_weight_gather;
+
 typedef struct mpx_model_vtable {
     uint32_t size;
     /* Read options (model.checkpoint, sizes) and the checkpoint's config; no weights yet. */
@@ -134,6 +149,16 @@ typedef struct mpx_model_vtable {
      * steps to see each gradient's fp32 value before it is rounded to its storage dtype,
      * then points them back. */
     int (*set_grads)(void *self, mpx_arg grads);
+
+    /* ---- ABI 1.6 ---- */
+    /* Optional (NULL, or a model built before 1.6: zero/stage3 refuses the model). Called
+     * after bind when the weights are partitioned (bind->weights.p is then NULL): from then
+     * on the model reads a parameter only between g->gather and g->release of a range
+     * holding it, a layer (or the embeddings, or the head) at a time, in forward and again
+     * in backward, as DeepSpeed's ZeRO-3 fetches a module's parameters before its forward
+     * and its backward and releases them after. g stays valid while the model is bound;
+     * the gradient buffer is whole as before. */
+    int (*set_weight_gather)(void *self, const mpx_weight_gather *g);
 } mpx_model_vtable;
 
 #endif

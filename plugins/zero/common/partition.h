@@ -61,6 +61,17 @@ static inline int zero_part_gather_weights(void *self, void *comm, const mpx_com
     return cv->allgather(comm, mine, weights, per);
 }
 
+/* Stages 2 and 3: the gradients are reduce-scattered; the reduced slice lands in place,
+ * at this rank's offset of `grads`. */
+static inline int zero_part_reduce_scatter(void *self, void *comm, const mpx_comm_vtable *cv, mpx_arg grads,
+                                           size_t numel)
+{
+    size_t per;
+    int rank;
+    MPX_TRY(zero_part_slice(self, comm, cv, numel, &per, &rank));
+    return cv->reduce_scatter(comm, grads, mpx_at(grads, (size_t)rank * per), per);
+}
+
 #define ZERO_PART_VTABLE(CREATE, REDUCE)                                                        \
     {                                                                                   \
           .size = sizeof(mpx_zero_vtable), .create = CREATE, .destroy = zero_part_destroy,                  \

@@ -5,16 +5,7 @@
 
 static int stage2_create(mpx_env *env, void **self) { return zero_part_create(env, 2, self); }
 
-/* The reduced slice lands in place, at this rank's offset of `grads`. */
-static int stage2_reduce_grads(void *self, void *comm, const mpx_comm_vtable *cv, mpx_arg grads, size_t numel)
-{
-    size_t per;
-    int rank;
-    MPX_TRY(zero_part_slice(self, comm, cv, numel, &per, &rank));
-    return cv->reduce_scatter(comm, grads, mpx_at(grads, (size_t)rank * per), per);
-}
-
-static const mpx_zero_vtable stage2_vtable = ZERO_PART_VTABLE(stage2_create, stage2_reduce_grads);
+static const mpx_zero_vtable stage2_vtable = ZERO_PART_VTABLE(stage2_create, zero_part_reduce_scatter);
 
 static const mpx_plugin_desc stage2_desc = {
     MPX_DESC_HEADER,

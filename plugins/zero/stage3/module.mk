@@ -1,0 +1,1 @@
+$(eval $(call add_plugin,zero,stage3,plugins/zero/stage3/stage3.c,))
