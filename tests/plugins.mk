@@ -16,3 +16,13 @@ $(BUILD)/test-plugins/backend-cpu-abi10.so: $(BUILD)/obj/tests/abi10/cpu_backend
         $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/cpu_backend.c,$(CPU_BACKEND_SRCS))) core/plugin.map
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) $(BLAS_LIBS) -lmvec -lpthread -lm
+
+# The toy model declaring ABI 1.0 with the 1.0 model vtable (ABI 1.6 appended
+# set_weight_gather): it must still load and train, and zero/stage3 must refuse it.
+TEST_PLUGINS += $(BUILD)/test-plugins/model-toy-abi10.so
+$(BUILD)/obj/tests/abi10/toy.o: models/toy/toy.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PLUGIN_CFLAGS) $(PKG_CFLAGS) -DMPX_TOY_AS_ABI_1_0 -c $< -o $@
+$(BUILD)/test-plugins/model-toy-abi10.so: $(BUILD)/obj/tests/abi10/toy.o core/plugin.map
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) -lm

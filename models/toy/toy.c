@@ -9,6 +9,7 @@
  *
  * Sizes come from the data (data.toy.seq_len, vocab, classes) and the toy's own options. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,7 @@ static int release_params(toy *t, int rc)
     return rc ? rc : r;
 }
 
+#ifndef MPX_TOY_AS_ABI_1_0
 static int toy_set_weight_gather(void *self, const mpx_weight_gather *g)
 {
     toy *t = self;
@@ -154,6 +156,8 @@ static int toy_set_weight_gather(void *self, const mpx_weight_gather *g)
     t->bind.weights.p = NULL;
     return MPX_OK;
 }
+#endif
+
 static mpx_arg grad(toy *t, int i) { return mpx_at(t->bind.grads, t->bind.offsets[i]); }
 
 /* C[m×n] = A[m×k] · B^T (B stored n×k), as nn.Linear does. */
@@ -278,20 +282,36 @@ static int toy_set_grads(void *self, mpx_arg grads)
     return MPX_OK;
 }
 
+/* -DMPX_TOY_AS_ABI_1_0 (tests/plugins.mk, test-only): the toy as a model built for ABI 1.0,
+ * named toy-abi10, whose vtable ends before set_weight_gather: it must still load and
+ * train, and zero/stage3 must refuse it. */
+#ifdef MPX_TOY_AS_ABI_1_0
+#define TOY_VTABLE_SIZE offsetof(mpx_model_vtable, set_weight_gather)
+#define TOY_NAME "toy-abi10"
+#define TOY_HEADER .abi_major = 1, .abi_minor = 0, .size = sizeof(mpx_plugin_desc)
+#else
+#define TOY_VTABLE_SIZE sizeof(mpx_model_vtable)
+#define TOY_NAME "toy"
+#define TOY_HEADER MPX_DESC_HEADER
+#endif
+
 static const mpx_model_vtable toy_vtable = {
-    .size = sizeof(mpx_model_vtable),
+    .size = TOY_VTABLE_SIZE,
     .create = toy_create, .destroy = toy_destroy,
     .n_params = toy_n_params, .param = toy_param,
     .n_sites = toy_n_sites, .site = toy_site,
     .init_weights = toy_init_weights, .bind = toy_bind,
     .forward = toy_forward, .backward = toy_backward, .save = toy_save,
-    .set_grads = toy_set_grads, .set_weight_gather = toy_set_weight_gather,
+    .set_grads = toy_set_grads,
+#ifndef MPX_TOY_AS_ABI_1_0
+    .set_weight_gather = toy_set_weight_gather,
+#endif
 };
 
 static const mpx_plugin_desc toy_desc = {
-    MPX_DESC_HEADER,
+    TOY_HEADER,
     .kind = MPX_KIND_MODEL,
-    .name = "toy",
+    .name = TOY_NAME,
     .version = "1.0.0",
     .summary = "two-layer perceptron over token embeddings; trains in seconds (tests, worked example)",
     .options = toy_options,
