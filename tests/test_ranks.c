@@ -154,6 +154,22 @@ static void check_memory(const tr_run *r, const policy_bytes *p, int stage, int 
 #define FP32_LOSS_TOL 1e-5
 #define FP32_WEIGHT_TOL 1e-3
 
+/* The final evaluation (rank 0's; at stage 3 on the weights gathered for it) is stage 0's. */
+static void expect_same_eval(const tr_run *z, const tr_run *s0, const char *what)
+{
+    static const char *const keys[] = { "eval_loss", "accuracy", "exact_match", "f1" };
+    json_t *mz = json_object_get(z->rec, "metrics"), *m0 = json_object_get(s0->rec, "metrics");
+    int n = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *x = json_object_get(mz, keys[i]), *y = json_object_get(m0, keys[i]);
+        if (!x && !y) continue;
+        n++;
+        cr_expect(x && y && json_number_value(x) == json_number_value(y), "%s: %s %.17g, stage 0 %.17g", what, keys[i],
+                  x ? json_number_value(x) : NAN, y ? json_number_value(y) : NAN);
+    }
+    cr_expect_gt(n, 0, "%s: no evaluation metric in the record", what);
+}
+
 static void stages_equal_stage0(const char *cfg, const char *base, const policy_bytes *p)
 {
     char *dir = ts_tmpdir("ranks");
@@ -182,6 +198,8 @@ static void stages_equal_stage0(const char *cfg, const char *base, const policy_
             cr_expect(tr_bitwise_equal(&z, &s0), "%s %s stage %d at %d ranks differs from stage 0: loss %.3g, weights %.3g",
                       cfg, p->name, stage, ranks, tr_loss_diff(&z, &s0), tr_weight_rel_diff(&z, &s0));
             check_memory(&z, p, stage, ranks);
+            snprintf(name, sizeof name, "%s stage %d at %d ranks", p->name, stage, ranks);
+            expect_same_eval(&z, &s0, name);
             tr_free(&z);
         }
         tr_free(&one);

@@ -12,14 +12,15 @@
 #include "sweep.h"
 
 static const char sweep_usage[] =
-    "usage: mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [--max-cells N] [-s KEY=VALUE]...\n"
+    "usage: mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [--max-cells N] [-s KEY=VALUE]... [--ranks N]\n"
     "                 [--plugin-dir DIR]... [--jobs N | --executor local|slurm [--sbatch-args 'ARGS'] | --status]\n"
     "  runs every cell of the sweep (the cross product of its axes) that has no finished\n"
     "  record yet, each in its own process, into <run.output_dir>/<name>/<cell>-<hash>/;\n"
     "  a cell whose plugin is not installed or declared incompatible is recorded as skipped.\n"
     "  Killed and unfinished cells are run again (from their train_state checkpoint when\n"
     "  they have one); failed ones only with --retry-failed.\n"
-    "  -s applies to every cell, before the axes (give the same -s when resuming).\n"
+    "  -s applies to every cell, before the axes (give the same -s when resuming).\n"    "  --ranks N is -s run.ranks=N: every cell runs N data-parallel ranks (docs/RANKS.md);\n"
+    "  a run.ranks axis or set entry wins over it.\n"
     "  --max-cells N runs at most N cells, in order, then stops (a long study in parts).\n"
     "  --dry-run lists the cells and their state (todo, finished, skipped, failed, running)\n"
     "  without running anything. Writes <name>/sweep.json. Exit 0 when every cell is\n"
