@@ -17,7 +17,7 @@ $(BUILD)/test-plugins/backend-cpu-abi10.so: $(BUILD)/obj/tests/abi10/cpu_backend
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) $(BLAS_LIBS) -lmvec -lpthread -lm
 
-# The toy model declaring ABI 1.0 with the 1.0 model vtable (ABI 1.6 appended
+# The toy model declaring ABI 1.0 with the 1.0 model vtable (ABI 1.7 appended
 # set_weight_gather): it must still load and train, and zero/stage3 must refuse it.
 TEST_PLUGINS += $(BUILD)/test-plugins/model-toy-abi10.so
 $(BUILD)/obj/tests/abi10/toy.o: models/toy/toy.c

@@ -31,7 +31,7 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }
 
-/* ABI 1.6 appended set_weight_gather to the model vtable. A model built for ABI 1.0
+/* ABI 1.7 appended set_weight_gather to the model vtable. A model built for ABI 1.0
  * (build/test-plugins/model-toy-abi10.so: the toy declaring 1.0 and the 1.0 vtable) must
  * still load and train as the toy does, and zero/stage3, which cannot give it whole
  * weights, must refuse it by name in mpx check and mpx run instead of crashing. */

@@ -72,7 +72,7 @@ int mpx_wgather_model_refuses(const mpx_session *s, char *why, size_t len)
 {
     const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     if (m->rec->vt.model.set_weight_gather) return 0;
-    snprintf(why, len, "%s cannot run under zero/stage3: it has no set_weight_gather hook (ABI 1.6; it was "
+    snprintf(why, len, "%s cannot run under zero/stage3: it has no set_weight_gather hook (ABI 1.7; it was "
              "built against %u.%u), so it would read weights this rank does not hold", m->env.label,
              m->rec->desc.abi_major, m->rec->desc.abi_minor);
     return -1;

@@ -1,5 +1,5 @@
 /* ZeRO-3's just-in-time weights (zero/stage3): the host side of the model's
- * set_weight_gather hook (ABI 1.6, mpx/model.h).
+ * set_weight_gather hook (ABI 1.7, mpx/model.h).
  *
  * At stage 3 s->weights holds this rank's slice of the padded flat weights only
  * (s->weights_base is where it starts, s->weights_len its length). A gather of a run of
@@ -14,7 +14,7 @@
 #include "session.h"
 
 /* After the model is bound at stage 3: hand it the gather hook. Fails, naming the
- * model, when it has none (a model built before ABI 1.6). */
+ * model, when it has none (a model built before ABI 1.7). */
 int mpx_wgather_bind(mpx_session *s, char *err, size_t errlen);
 
 /* Empty when the model can run under zero/stage3, else why not (in why). */

@@ -75,7 +75,7 @@ typedef struct bert {
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
     size_t *off;
-    const mpx_weight_gather *wg; /* zero/stage3: weights gathered a layer at a time (ABI 1.6), else NULL */
+    const mpx_weight_gather *wg; /* zero/stage3: weights gathered a layer at a time (ABI 1.7), else NULL */
     size_t w_base;            /* element of the flat weights where W starts (gathered: its range's first) */
     int max_b, max_s;
 
@@ -127,7 +127,7 @@ void bert_init_normal(float *dst, size_t n, float std, uint64_t seed, uint32_t s
 int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq);
 void bert_unbind(bert *m);
 
-/* ZeRO-3 (zero/stage3, ABI 1.6): the parameters of layer l (-1: the embeddings; l =
+/* ZeRO-3 (zero/stage3, ABI 1.7): the parameters of layer l (-1: the embeddings; l =
  * layers: the QA head) readable through bert_w until bert_leave_layer, which returns rc
  * or the release's failure. With whole weights (no gather hook) neither does anything. */
 int bert_enter_layer(bert *m, int l);

@@ -27,7 +27,7 @@ typedef struct toy {
     float init_std;
     mpx_param_info params[N_PARAMS];
     mpx_model_bind bind;
-    const mpx_weight_gather *wg;  /* zero/stage3: weights gathered per layer (ABI 1.6), else NULL */
+    const mpx_weight_gather *wg;  /* zero/stage3: weights gathered per layer (ABI 1.7), else NULL */
     size_t w_base;                /* element of the flat weights where bind.weights starts */
     int max_batch;
     void *x, *h, *a, *logits;     /* activations */
@@ -129,7 +129,7 @@ static int toy_bind(void *self, const mpx_model_bind *bind, int max_batch, int m
 
 static mpx_arg weight(toy *t, int i) { return mpx_at(t->bind.weights, t->bind.offsets[i] - t->w_base); }
 
-/* ZeRO-3 (zero/stage3, ABI 1.6): parameters [first, end) readable through weight() until
+/* ZeRO-3 (zero/stage3, ABI 1.7): parameters [first, end) readable through weight() until
  * release_params. With whole weights (no gather hook) both do nothing. */
 static int gather_params(toy *t, int first, int end)
 {

@@ -99,7 +99,7 @@ typedef struct mpx_forward_out {
     size_t rows, cols;     /* each output is rows × cols */
 } mpx_forward_out;
 
-/* ABI 1.6: ZeRO-3's weights (zero/stage3; DESIGN, One training step, items 1 and 3).
+/* ABI 1.7: ZeRO-3's weights (zero/stage3; DESIGN, One training step, items 1 and 3).
  * Each rank holds only its slice of the flat weights; the host makes a run of parameters
  * whole for as long as the model reads them. */
 typedef struct mpx_weight_gather {
@@ -150,8 +150,8 @@ typedef struct mpx_model_vtable {
      * then points them back. */
     int (*set_grads)(void *self, mpx_arg grads);
 
-    /* ---- ABI 1.6 ---- */
-    /* Optional (NULL, or a model built before 1.6: zero/stage3 refuses the model). Called
+    /* ---- ABI 1.7 ---- */
+    /* Optional (NULL, or a model built before 1.7: zero/stage3 refuses the model). Called
      * after bind when the weights are partitioned (bind->weights.p is then NULL): from then
      * on the model reads a parameter only between g->gather and g->release of a range
      * holding it, a layer (or the embeddings, or the head) at a time, in forward and again

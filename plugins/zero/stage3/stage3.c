@@ -1,7 +1,7 @@
 /* zero/stage3 (DeepSpeed ZeRO-3): stage 2 plus partitioned weights. Each rank holds only
  * its slice of the 16-bit (or fp32) weights; the host gathers a layer's parameters just
  * in time for its forward and again for its backward, and releases them after, through
- * the model's set_weight_gather hook (ABI 1.6, mpx/model.h). Gradients are
+ * the model's set_weight_gather hook (ABI 1.7, mpx/model.h). Gradients are
  * reduce-scattered as at stage 2; after the update each rank's slice of the weights is
  * already where it lives, so nothing is gathered at the end of the step. A model without
  * the hook is refused by the host (it would read weights it does not have). */
