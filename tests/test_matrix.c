@@ -158,6 +158,45 @@ Test(matrix, runs_that_differ_beyond_the_seed_are_refused)
     cr_expect(strstr(out, "| fp32 | 2 ± 2.484 (n=3) | 4 |"), "%s", out);
 }
 
+/* Adds KEY = VALUE (a JSON literal) under config.effective of DIR/NAME/run.json. */
+static void add_key(const char *dir, const char *name, const char *group, const char *sub, const char *key,
+                    const char *value)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s/run.json", dir, name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    cr_assert(j, "%s: %s", path, je.text);
+    json_t *eff = json_object_get(json_object_get(j, "config"), "effective");
+    json_t *g = json_object_get(eff, group);
+    if (!g) json_object_set_new(eff, group, g = json_object());
+    json_t *s = json_object_get(g, sub);
+    if (!s) json_object_set_new(g, sub, s = json_object());
+    json_object_set_new(s, key, json_loads(value, JSON_DECODE_ANY, &je));
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+/* A record written by an mpx that did not have a key yet shares a cell with one that
+ * has it at its schema default (the core's data.squad.group_by_length = false, the adam
+ * plugin's optimizer.adam.anyprecision = false), and not with one that set it. */
+Test(matrix, a_key_an_older_record_lacks_matches_only_its_default)
+{
+    char *dir = fixture();
+    put_run(dir, "fp32_4", "fp32", 4, 1e-4, "finished", NULL, 4, 40);
+    add_key(dir, "fp32_4", "data", "squad", "group_by_length", "false");
+    add_key(dir, "fp32_4", "optimizer", "adam", "anyprecision", "false");
+    char out[8192];
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EM 2>&1", dir), 0,
+                 "%s", out);
+    /* EM 1, 2, 3, 4: mean 2.5, s = 1.291, t(0.975, 3) = 3.182 -> 3.182 * 1.291 / 2 = 2.054 */
+    cr_expect(strstr(out, "| fp32 | 2.5 ± 2.054 (n=4) |"), "%s", out);
+    put_run(dir, "fp32_5", "fp32", 5, 1e-4, "finished", NULL, 5, 50);
+    add_key(dir, "fp32_5", "optimizer", "adam", "anyprecision", "true");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EM 2>&1", dir), 2);
+    cr_expect(strstr(out, "optimizer.adam.anyprecision (not at its default)"), "%s", out);
+}
+
 Test(matrix, unknown_keys_and_metrics_are_named)
 {
     char *dir = fixture();

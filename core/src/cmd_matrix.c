@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "matrix.h"
 #include "paired.h"
+#include "session.h"
 
 static const char matrix_usage[] =
     "usage: mpx matrix DIR --rows KEY [--cols KEY] --metric M[,M...] [--format md|csv|json]\n"
@@ -16,7 +17,9 @@ static const char matrix_usage[] =
     "  precision.plugin, zero.plugin; keys of config.effective). M is a name in run.json's\n"
     "  \"metrics\" (final_loss, exact_match, f1, skipped_steps) or a dotted path into run.json\n"
     "  (memory.bytes_per_param). Runs differing only by run.seed share a cell: mean ±\n"
-    "  t(0.975, n-1)·s/√n and n. Skipped and failed runs show as such, with their reason.\n"
+    "  t(0.975, n-1)·s/√n and n (a key one record lacks, written by an older mpx, counts as\n"
+    "  its schema default; train.checkpoint_every, train.update_chunk, backend.cpu.threads do\n"
+    "  not split cells). Skipped and failed runs show as such, with their reason.\n"
     "  --paired ROW: then a second table, each row against the row whose --rows value is ROW\n"
     "  on the same questions (question_scores.csv; see `mpx paired`): the mean difference in\n"
     "  EM and F1 points with a 95% bootstrap interval (--resamples N, default 10000; seed 1),\n"
@@ -127,9 +130,15 @@ int mpx_cmd_matrix(int argc, char **argv)
         fprintf(stderr, "mpx matrix: --paired prints Markdown only (drop --format %s)\n", format);
         return 2;
     }
+    /* the installed plugins, for their keys' defaults (records of an older mpx lack new keys) */
+    mpx_session s;
+    int have_plugins = mpx_session_open(&s, NULL, 0) == 0;
     mpx_matrix m;
     char err[8192];
-    if (mpx_matrix_build(&m, dir, rows, cols, metric, err, sizeof err)) {
+    int built = mpx_matrix_build(&m, dir, rows, cols, metric, have_plugins ? &s.reg : NULL, err, sizeof err);
+    if (have_plugins) mpx_session_close(&s);
+    m.reg = NULL;
+    if (built) {
         fprintf(stderr, "mpx matrix: %s\n", err);
         mpx_matrix_free(&m);
         return 2;

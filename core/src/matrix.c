@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_internal.h"
+#include "core_schema.h"
+#include "registry.h"
 #include "sweep_read.h"
 
 /* Student's t, two-sided 95% (the 0.975 quantile), df = 1..30. */
@@ -152,10 +155,77 @@ static json_t *identity(json_t *rec)
     /* set by the sweep executors to split the cores (--jobs, Slurm); the cpu backend's
      * results do not depend on it (plugins/backend/cpu/cpu_internal.h, test_cpu_ops) */
     json_object_del(flat, "backend.cpu.threads");
+    /* how often the training state is saved, and the optimizer's update window: results
+     * are bitwise the same either way (tests/test_resume.c, tests/test_update_window.c) */
+    json_object_del(flat, "train.checkpoint_every");
+    json_object_del(flat, "train.update_chunk");
     return flat;
 }
 
-/* Two finished runs in one cell must differ only by seed. */
+/* The schema default of a dotted key ("train.update_chunk", "data.squad.group_by_length",
+ * "optimizer.adam.anyprecision": a plugin's key when reg has that plugin), a libconfig
+ * literal; NULL for an unknown key. */
+static const char *schema_default(const mpx_registry *reg, const char *dotted)
+{
+    const char *dot = strchr(dotted, '.');
+    if (!dot) return NULL;
+    char group[64];
+    size_t gl = (size_t)(dot - dotted);
+    if (gl >= sizeof group) return NULL;
+    memcpy(group, dotted, gl);
+    group[gl] = 0;
+    const mpx_group_schema *g = mpx_config_find_group(mpx_core_groups, mpx_n_core_groups, group);
+    if (!g) return NULL;
+    const char *rest = dot + 1, *dot2 = strchr(rest, '.');
+    const mpx_option *opts = g->opts;
+    size_t n = g->n_opts;
+    if (dot2) { /* a sub-schema's key: the core's (data.squad.*) or a plugin's (optimizer.adam.*) */
+        char sub[128];
+        size_t sl = (size_t)(dot2 - rest);
+        if (sl >= sizeof sub) return NULL;
+        memcpy(sub, rest, sl);
+        sub[sl] = 0;
+        opts = NULL;
+        n = 0;
+        for (size_t i = 0; g->plugin_kind < 0 && i < g->n_subs; i++)
+            if (!strcmp(g->subs[i].name, sub)) {
+                opts = g->subs[i].opts;
+                n = g->subs[i].n_opts;
+            }
+        const mpx_plugin_rec *p = g->plugin_kind >= 0 && reg ? mpx_registry_find(reg, (mpx_kind)g->plugin_kind, sub) : NULL;
+        if (p && p->loaded) {
+            opts = p->desc.options;
+            n = p->desc.n_options;
+        }
+        rest = dot2 + 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(opts[i].key, rest)) return opts[i].def;
+    return NULL;
+}
+
+/* Whether a recorded value is the schema default of its key: then a record written by
+ * an mpx that did not have the key yet (the key absent) ran with the same behaviour. */
+static int is_default(const mpx_registry *reg, const char *key, const json_t *v)
+{
+    const char *d = schema_default(reg, key);
+    if (!d || !v) return 0;
+    if (json_is_boolean(v)) return !strcmp(d, json_is_true(v) ? "true" : "false");
+    if (json_is_string(v)) {
+        size_t n = strlen(d);
+        return n >= 2 && d[0] == '"' && d[n - 1] == '"' && strlen(json_string_value(v)) == n - 2 &&
+               !strncmp(d + 1, json_string_value(v), n - 2);
+    }
+    if (json_is_number(v)) {
+        char *end;
+        double x = strtod(d, &end);
+        return end != d && !*end && x == json_number_value(v);
+    }
+    return 0;
+}
+
+/* Two finished runs in one cell must differ only by seed (a key that only one of them
+ * records, at its schema default, is no difference: see is_default). */
 static int check_same(const mpx_matrix *m, const mpx_matrix_cell *c, char *err, size_t errlen)
 {
     json_t *first = NULL;
@@ -170,7 +240,13 @@ static int check_same(const mpx_matrix *m, const mpx_matrix_cell *c, char *err, 
         json_t *v;
         json_object_foreach(id, key, v) {
             json_t *w = json_object_get(first, key);
-            if (w && json_equal(v, w)) continue;
+            if (w ? json_equal(v, w) : is_default(m->reg, key, v)) continue;
+            if (!w) {
+                snprintf(err, errlen, "%s and %s fall in the same cell but only %s has the key %s (not at "
+                         "its default): put it on --rows or --cols", m->runs[first_run].dir, r->dir, r->dir, key);
+                rc = -1;
+                break;
+            }
             char a[128], b[128];
             snprintf(err, errlen, "%s and %s fall in the same cell but differ in %s (%s vs %s), "
                      "not only in run.seed: put %s on --rows or --cols", m->runs[first_run].dir, r->dir,
@@ -179,9 +255,10 @@ static int check_same(const mpx_matrix *m, const mpx_matrix_cell *c, char *err, 
             break;
         }
         json_object_foreach(first, key, v) {
-            if (rc || json_object_get(id, key)) continue;
-            snprintf(err, errlen, "%s and %s fall in the same cell but only %s has the key %s: put "
-                     "it on --rows or --cols", m->runs[first_run].dir, r->dir, m->runs[first_run].dir, key);
+            if (rc || json_object_get(id, key) || is_default(m->reg, key, v)) continue;
+            snprintf(err, errlen, "%s and %s fall in the same cell but only %s has the key %s (not at "
+                     "its default): put it on --rows or --cols", m->runs[first_run].dir, r->dir,
+                     m->runs[first_run].dir, key);
             rc = -1;
         }
         json_decref(id);
@@ -279,9 +356,10 @@ static int place(mpx_matrix *m, const char *dir, char *err, size_t errlen)
 }
 
 int mpx_matrix_build(mpx_matrix *m, const char *dir, const char *row_key, const char *col_key,
-                     const char *metrics, char *err, size_t errlen)
+                     const char *metrics, const mpx_registry *reg, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
+    m->reg = reg;
     m->row_key = row_key;
     m->col_key = col_key;
     if (split_metrics(m, metrics, err, errlen) || load_runs(m, dir, err, errlen) ||

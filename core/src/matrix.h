@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "registry.h"
+
 typedef struct mpx_stat {
     size_t n;            /* finished runs that have the metric */
     double mean, sd, ci; /* sd and ci are NaN when n < 2 */
@@ -39,6 +41,7 @@ typedef struct mpx_matrix {
     size_t n_runs;
     json_t *rows, *cols;            /* arrays of the distinct values, in display order */
     mpx_matrix_cell *cells;         /* n_rows * n_cols, row-major */
+    const mpx_registry *reg;        /* for plugin keys' defaults; NULL: core keys only */
 } mpx_matrix;
 
 /* t(0.975, df): tabulated for df = 1..30, 1.96 beyond; NaN for df = 0. */
@@ -46,9 +49,12 @@ double mpx_t975(size_t df);
 /* Mean, sample sd and the 95% half-interval of the non-NaN values. */
 mpx_stat mpx_stat_of(const double *v, size_t n);
 
-/* metrics: comma-separated. Returns 0, or -1 with err (file, key, what is wrong). */
+/* metrics: comma-separated. reg (may be NULL: core keys only) gives the installed
+ * plugins' schema defaults: a key one record lacks (written by an older mpx) matches the
+ * other's value when that value is the key's default. Returns 0, or -1 with err (file,
+ * key, what is wrong). */
 int mpx_matrix_build(mpx_matrix *m, const char *dir, const char *row_key, const char *col_key,
-                     const char *metrics, char *err, size_t errlen);
+                     const char *metrics, const mpx_registry *reg, char *err, size_t errlen);
 void mpx_matrix_free(mpx_matrix *m);
 
 /* matrix_render.c: "md", "csv" or "json" to f. */
