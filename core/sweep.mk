@@ -1,6 +1,6 @@
 # Sweeps and their read-outs: mpx sweep (cells as child processes, resumable records),
 # mpx matrix (tables over seeds), mpx diff (runs or sweeps), mpx plot (gnuplot).
-LIB_SRCS += core/src/sweep.c core/src/sweep_plan.c core/src/plugin_names.c core/src/sweep_record.c core/src/sweep_exec.c \
+LIB_SRCS += core/src/sweep.c core/src/sweep_plan.c core/src/plugin_names.c core/src/sweep_record.c core/src/sweep_exec.c core/src/sweep_fault.c \
             core/src/sweep_read.c core/src/cmd_sweep.c \
             core/src/sweep_parallel.c core/src/sweep_slurm.c core/src/sweep_slurm_query.c \
             core/src/sweep_status.c core/src/cmd_sweep_slurm.c \

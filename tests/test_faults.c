@@ -1,4 +1,4 @@
-/* Faults (issue 15): records are never lost. A full disk (here /dev/full behind the
+/* Faults (issue 15): records are never lost, and a killed sweep resumes to the same end. A full disk (here /dev/full behind the
  * record's files) names the file and errno; a signal arriving while the disk is full
  * used to replace a good run.json with an empty file (the crash handler renamed after
  * a short write), now the previous record stays. */
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "support/shell.h"
 
@@ -76,4 +77,130 @@ Test(faults, a_sigkilled_run_is_recorded_killed_by_the_next_sweep_and_resumed, .
     cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "finished");
     cr_expect_eq(json_integer_value(json_object_get(json_array_get(json_object_get(j, "resumed"), 0), "step")), 10);
     json_decref(j);
+}
+
+/* mpx sweep itself killed (SIGKILL) at one point of a sweep (the sweep's fault hook,
+ * MPX_SWEEP_FAULT=POINT:K, core/src/sweep_fault.c), then the same command again: the
+ * sweep must end as an uninterrupted one does — the same matrix, every cell's loss curve
+ * bitwise, every cell finished in sweep.json — having run again only what was lost. */
+static const char *const sweep_keys = "-s train.max_steps=20 -s train.checkpoint_every=10";
+
+static char *three_seed_sweep(void)
+{
+    char *d = ts_tmpdir("sweep-kill"), path[1024], text[1024];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (1, 2, 3); } );\n",
+             getenv("PWD"));
+    ts_write_file(path, text);
+    return d;
+}
+
+static int sweep_in(const char *d, const char *env, char *buf, size_t len)
+{
+    return ts_sh(buf, len, "%s build/bin/mpx sweep %s/s.cfg -s 'run.output_dir=\"%s/out\"' %s 2>&1", env, d, d, sweep_keys);
+}
+
+/* What two sweeps that agree must share: the matrix (no timing metric in it), each
+ * cell's folder, state and metrics.csv rows without their timing columns. */
+static char *sweep_outcome(const char *d)
+{
+    size_t cap = 1 << 16, n;
+    char *all = malloc(cap), path[1024];
+    cr_assert_not_null(all);
+    cr_assert_eq(ts_sh(all, cap, "build/bin/mpx matrix %s/out/s --rows run.seed --format csv "
+                       "--metric final_loss,eval_loss,accuracy,skipped_steps,updates,steps", d), 0);
+    snprintf(path, sizeof path, "%s/out/s/sweep.json", d);
+    json_t *idx = ts_load_json(path), *c;
+    json_array_foreach(json_object_get(idx, "cells"), n, c) {
+        char *rows = ts_metrics_rows(json_string_value(json_object_get(c, "dir")));
+        size_t used = strlen(all);
+        cr_assert_lt(used + strlen(rows) + 600, cap);
+        snprintf(all + used, cap - used, "%s %s\n%s", json_string_value(json_object_get(c, "folder")),
+                 json_string_value(json_object_get(c, "state")), rows);
+        free(rows);
+    }
+    cr_assert_eq(n, 3, "sweep.json lists %zu cells", n);
+    json_decref(idx);
+    return all;
+}
+
+/* The record of cell k (1-based) of the sweep in d, once it says finished (an orphaned
+ * run finishes by itself), within a minute. */
+static json_t *finished_record(const char *d, size_t k)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/out/s/sweep.json", d);
+    json_t *idx = ts_load_json(path);
+    snprintf(path, sizeof path, "%s/run.json",
+             json_string_value(json_object_get(json_array_get(json_object_get(idx, "cells"), k - 1), "dir")));
+    json_decref(idx);
+    for (int i = 0; i < 600; i++) {
+        json_t *r = json_load_file(path, 0, NULL);
+        const char *st = json_string_value(json_object_get(r, "status"));
+        if (st && strcmp(st, "running")) return r;
+        json_decref(r);
+        nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
+    }
+    cr_assert_fail("%s still says running after a minute", path);
+    return NULL;
+}
+
+/* Kill the sweep at `point`, rerun it, and compare with an uninterrupted sweep; the
+ * rerun must run `rerun` cells. */
+static char *kill_sweep_at(const char *point, int rerun, const char *said)
+{
+    char *clean = three_seed_sweep(), *hit = three_seed_sweep(), env[128], want[64];
+    cr_assert_eq(sweep_in(clean, "", out, sizeof out), 0, "%s", out);
+    char *expect = sweep_outcome(clean);
+    snprintf(env, sizeof env, "MPX_SWEEP_FAULT=%s MPX_SWEEP_FAULT_STEP=15", point);
+    cr_assert_eq(sweep_in(hit, env, out, sizeof out), 128 + 9, "the sweep dies on SIGKILL at %s:\n%s", point, out);
+    cr_expect(strstr(out, said) != NULL, "no '%s' in\n%s", said, out);
+    if (!strncmp(point, "orphan:", 7)) {
+        json_t *r = finished_record(hit, (size_t)atoi(point + 7));
+        cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished", "the orphaned run finishes");
+        json_decref(r);
+    }
+    cr_assert_eq(sweep_in(hit, "", out, sizeof out), 0, "the rerun after %s:\n%s", point, out);
+    snprintf(want, sizeof want, "ran %d now", rerun);
+    cr_expect(strstr(out, want) != NULL, "after %s: no '%s' in\n%s", point, want, out);
+    char *got = sweep_outcome(hit);
+    cr_expect_str_eq(got, expect, "killed at %s, then rerun: not the uninterrupted sweep", point);
+    free(got);
+    free(expect);
+    return hit;
+}
+
+Test(faults, a_sweep_killed_with_its_running_cell_resumes_it_from_its_checkpoint, .timeout = 120)
+{
+    char *d = kill_sweep_at("cell:2", 2, "dying now (SIGKILL) with its running cell");
+    cr_expect(strstr(out, "2: its run died without finishing its record") != NULL, "%s", out);
+    json_t *r = finished_record(d, 2);
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(json_object_get(r, "resumed"), 0), "step")), 10,
+                 "cell 2 continued from its step-10 checkpoint");
+    json_decref(r);
+}
+
+Test(faults, a_sweep_killed_while_its_cell_goes_on_counts_the_cell_when_it_finishes, .timeout = 120)
+{
+    kill_sweep_at("orphan:2", 1, "(its running cell goes on)");
+}
+
+Test(faults, a_sweep_killed_after_a_record_before_its_index_runs_only_the_rest, .timeout = 120)
+{
+    kill_sweep_at("record:2", 1, "after a cell's record was written");
+}
+
+Test(faults, a_sweep_killed_while_writing_its_first_index_runs_every_cell, .timeout = 120)
+{
+    kill_sweep_at("index:0", 3, "while writing sweep.json");
+}
+
+Test(faults, a_sweep_killed_while_writing_its_index_keeps_the_previous_one, .timeout = 120)
+{
+    kill_sweep_at("index:2", 1, "while writing sweep.json");
+}
+
+Test(faults, a_sweep_killed_between_two_cells_runs_only_the_rest, .timeout = 120)
+{
+    kill_sweep_at("between:1", 2, "between two cells");
 }

@@ -42,6 +42,8 @@ static const char usage[] =
     "environment:\n"
     "  MPX_FAULT_AT_STEP=N  make `mpx run` die (SIGABRT) at the start of step N, to test\n"
     "                       crash handling\n"
+    "  MPX_SWEEP_FAULT=POINT:K  make `mpx sweep` die (SIGKILL) at POINT (cell, orphan, record,\n"
+    "                       index, between) of the K-th cell it runs, to test resuming\n"
     "  MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]  put an inf into the gradients at those steps, to\n"
     "                       test loss scaling (the step is skipped and the scale lowered)\n";
 

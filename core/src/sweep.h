@@ -127,10 +127,29 @@ typedef struct mpx_cell_outcome {
 
 /* Run `mpx run BASE -s ... --out DIR [--plugin-dir ...]` as a child of /proc/self/exe,
  * its output into DIR/mpx.log. On a terminal, show a progress line prefixed `label`
- * (cell i/n, step, loss, ETA) read from the child's metrics.csv. */
+ * (cell i/n, step, loss, ETA) read from the child's metrics.csv. `nth` counts the cells
+ * this sweep has run, this one included (for the fault hook). */
 int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
-                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
+                   size_t n_dirs, const char *label, int tty, size_t nth, mpx_cell_outcome *out,
                    char *err, size_t errlen);
+
+/* ---- the sweep's own fault hook (sweep_fault.c; tests) ----------------------------- */
+
+/* MPX_SWEEP_FAULT=POINT:K: is this POINT of the K-th cell run (K = nth) the fault? Points:
+ *   cell     during the cell: its run stops itself at the start of step MPX_SWEEP_FAULT_STEP
+ *            (default 1; MPX_FAULT_SIGNAL=STOP), then the sweep kills it and itself
+ *            (as kill -9 of the process group, or the machine going away)
+ *   orphan   the same, but the sweep alone dies: its run goes on and finishes by itself
+ *   record   after the run exited with its record written, before the sweep reads it
+ *   index    while writing sweep.json after cell K (K = 0: the first write, before any
+ *            cell): a torn sweep.json.tmp.PID is left and sweep.json is the previous one
+ *   between  after sweep.json is written for cell K, before the next cell starts */
+int mpx_sweep_fault_at(const char *point, size_t k);
+long long mpx_sweep_fault_step(void);
+/* Die on SIGKILL now, saying so on stderr. */
+void mpx_sweep_fault_die(const char *what);
+/* Leave a torn sweep.json.tmp.PID in sweep_dir, then die on SIGKILL. */
+void mpx_sweep_fault_torn_index(const char *sweep_dir);
 
 /* The child's argv (NULL-terminated, malloc'd array; the strings belong to the sweep, the
  * cell and the caller): mpx run BASE -s OV... -s EXTRA... --out DIR [--plugin-dir D]...

@@ -157,18 +157,44 @@ void mpx_sweep_outcome(int status, double seconds, mpx_cell_outcome *out)
     out->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
 
+/* The fault hook's "cell" and "orphan" points: the child stops itself at a step (train.c's
+ * hook, told so through its environment only), and the sweep dies there. */
+static int fault_during(size_t nth)
+{
+    int kill_cell = mpx_sweep_fault_at("cell", nth);
+    if (!kill_cell && !mpx_sweep_fault_at("orphan", nth)) return 0;
+    char step[32];
+    snprintf(step, sizeof step, "%lld", mpx_sweep_fault_step());
+    if (setenv("MPX_FAULT_AT_STEP", step, 1) || setenv("MPX_FAULT_SIGNAL", "STOP", 1)) return 0;
+    return kill_cell ? 1 : 2;
+}
+
+static void fault_now(int during, pid_t pid)
+{
+    if (during == 1) kill(pid, SIGKILL);
+    else kill(pid, SIGCONT);
+    mpx_sweep_fault_die(during == 1 ? "with its running cell" : "(its running cell goes on)");
+}
+
 int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
-                   size_t n_dirs, const char *label, int tty, mpx_cell_outcome *out,
+                   size_t n_dirs, const char *label, int tty, size_t nth, mpx_cell_outcome *out,
                    char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     pid_t pid;
-    if (mpx_sweep_spawn(sw, c, NULL, 0, plugin_dirs, n_dirs, &pid, err, errlen)) return -1;
+    int during = fault_during(nth);
+    int spawned = mpx_sweep_spawn(sw, c, NULL, 0, plugin_dirs, n_dirs, &pid, err, errlen);
+    if (during) {
+        unsetenv("MPX_FAULT_AT_STEP");
+        unsetenv("MPX_FAULT_SIGNAL");
+    }
+    if (spawned) return -1;
     double t0 = now_s();
     long total = 0;
     int status = 0;
     for (;;) {
-        pid_t w = waitpid(pid, &status, tty ? WNOHANG : 0);
+        pid_t w = waitpid(pid, &status, (tty ? WNOHANG : 0) | (during ? WUNTRACED : 0));
+        if (w == pid && WIFSTOPPED(status)) fault_now(during, pid);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) {
             snprintf(err, errlen, "waitpid: %s", strerror(errno));

@@ -83,6 +83,7 @@ static double now_s(void)
 /* The fault hook: MPX_FAULT_AT_STEP=N dies at the start of step N (0-based) on SIGABRT,
  * as a crash would, after the record says which step it reached; with
  * MPX_FAULT_SIGNAL=KILL on SIGKILL, as the OOM killer would (the record stays "running");
+ * with MPX_FAULT_SIGNAL=STOP it stops itself there (SIGSTOP) and goes on when continued;
  * with MPX_FAULT_RANK=R only rank R dies, leaving its error beside the record. */
 static void maybe_fault(int64_t step, mpx_record *rec, int rank)
 {
@@ -96,6 +97,10 @@ static void maybe_fault(int64_t step, mpx_record *rec, int rank)
     if (step != fault) return;
     mpx_record_sync(rec);
     const char *sig = getenv("MPX_FAULT_SIGNAL"); /* KILL: as the OOM killer, no handler runs */
+    if (sig && !strcmp(sig, "STOP")) { /* held here for a parent to act on (sweep_fault.c), then goes on */
+        raise(SIGSTOP);
+        return;
+    }
     int kill9 = sig && !strcmp(sig, "KILL");
     char msg[128];
     snprintf(msg, sizeof msg, "MPX_FAULT_AT_STEP=%lld: died at step %lld on %s", (long long)step, (long long)step,
