@@ -9,6 +9,11 @@ FUZZ_CFLAGS  := $(CSTD) -Wall -Wextra -Wno-unused-parameter -g -O1 $(FUZZ_SAN) -
 FUZZ_SRCS    := $(LIB_SRCS) tests/support/test_host.c models/bert/safetensors.c models/bert/bert_config.c
 FUZZ_OBJS    := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_SRCS))
 
+# The objects are built only as prerequisites of the pattern rule below, which makes them
+# intermediate to make: without this it deletes them after each link and every make fuzz
+# compiles everything again.
+.SECONDARY: $(FUZZ_OBJS)
+
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

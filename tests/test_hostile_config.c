@@ -51,6 +51,44 @@ Test(hostile_config, a_wrapped_integer_in_a_file_names_the_line_and_the_dotted_k
     cr_expect(strstr(out, "99999999999") == NULL, "comments and strings are not numbers:\n%s", out);
 }
 
+/* The toy experiment split over @included files (nested, and inside a group), with the
+ * seed and epochs given. */
+static char *split_toy(const char *seed, const char *epochs)
+{
+    char *d = ts_tmpdir("hostile-inc"), path[512], text[1024];
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/parts", d), 0);
+    snprintf(path, sizeof path, "%s/top.cfg", d);
+    ts_write_file(path, "# the toy experiment in parts\n@include \"parts/run.cfg\"\n"
+                        "data = { task = \"toy\"; toy = { examples = 256; seq_len = 8; vocab = 32; classes = 8; }; };\n"
+                        "model = { plugin = \"toy\"; checkpoint = \"\"; toy = { dim = 16; hidden = 64; }; };\n"
+                        "train = {\n  @include \"parts/train.cfg\"\n};\n"
+                        "precision = { plugin = \"fp32\"; };\noptimizer = { plugin = \"sgd\"; lr = 0.05; };\n");
+    snprintf(path, sizeof path, "%s/parts/run.cfg", d);
+    ts_write_file(path, "run = { name = \"toy\";\n  @include \"parts/seed.cfg\"\n};\n");
+    snprintf(path, sizeof path, "%s/parts/seed.cfg", d);
+    snprintf(text, sizeof text, "seed = %s;\n", seed);
+    ts_write_file(path, text);
+    snprintf(path, sizeof path, "%s/parts/train.cfg", d);
+    snprintf(text, sizeof text, "batch_size = 32;\nepochs = %s;\nsave_model = false;\n", epochs);
+    ts_write_file(path, text);
+    return d;
+}
+
+Test(hostile_config, a_wrapped_integer_in_an_included_file_names_that_file_its_line_and_the_key)
+{
+    char *d = split_toy("7", "2"), text[1024];
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx check %s/top.cfg 2>&1", d), 0, "the parts read whole:\n%s", out);
+    cr_expect(strstr(out, "seed = 7;") && strstr(out, "epochs = 2;"), "%s", out);
+    d = split_toy("4294967338", "2"); /* libconfig would read seed 42 */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx check %s/top.cfg 2>&1", d), 1, "%s", out);
+    snprintf(text, sizeof text, "%s/parts/seed.cfg:1: 'run.seed' = 4294967338 does not fit", d);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+    d = split_toy("7", "4294967297"); /* libconfig would read 1 epoch */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx run %s/top.cfg -s 'run.output_dir=\"%s\"' 2>&1", d, d), 1, "%s", out);
+    snprintf(text, sizeof text, "%s/parts/train.cfg:2: 'train.epochs' = 4294967297 does not fit", d);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+}
+
 Test(hostile_config, a_sweep_axis_value_past_32_bits_is_refused)
 {
     char *d = ts_tmpdir("hostile-sweep"), path[512];

@@ -172,7 +172,7 @@ static int apply_override(config_t *cfg, const char *ov, const char *where, mpx_
 static int read_file(config_t *cfg, const mpx_config *c, mpx_errs *e)
 {
     if (c->include_dir) config_set_include_dir(cfg, c->include_dir);
-    if (mpx_config_scan_file_int_literals(c->path, e)) return -1;
+    if (mpx_config_scan_file_int_literals(c->path, c->include_dir, e)) return -1;
     if (config_read_file(cfg, c->path)) return 0;
     if (config_error_type(cfg) == CONFIG_ERR_FILE_IO)
         mpx_errs_add(e, "%s: cannot read the config file: %s", c->path, strerror(errno));

@@ -50,7 +50,9 @@ int mpx_config_check(config_t *cfg, const char *path, const mpx_group_schema *gr
  * them), each an error naming "FILE:LINE" (or fixed_where) and the key (or fixed_key). */
 void mpx_config_scan_int_literals(const char *text, const char *file, const char *fixed_where,
                                   const char *fixed_key, mpx_errs *e);
-int mpx_config_scan_file_int_literals(const char *path, mpx_errs *e);
+/* The same over a file and the files it @includes (include_dir as config_set_include_dir;
+ * NULL: the working folder); -1 when any was found. */
+int mpx_config_scan_file_int_literals(const char *path, const char *include_dir, mpx_errs *e);
 
 /* Values the schema's types and ranges cannot express (run.name a folder name, no empty
  * or more than 64 optimizer.no_decay patterns). Returns the number of errors added. */

@@ -1,6 +1,8 @@
 /* Integer literals libconfig 1.5 would wrap: it reads an integer without the L suffix
  * into 32 bits silently (`seed = 4294967338` becomes 42), so the text is scanned before
- * libconfig sees it and every such literal is refused with its key and line. */
+ * libconfig sees it and every such literal is refused with its key and line — in the
+ * file and in every file it `@include`s (as libconfig finds them: relative to the one
+ * include folder, to nesting depth 10), keys dotted from the group around the include. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -9,6 +11,17 @@
 #include <string.h>
 
 #include "config_internal.h"
+
+enum { MAX_INCLUDE_DEPTH = 10 }; /* libconfig 1.5's scanner */
+
+typedef struct scan_ctx {
+    const char *file, *fixed_where, *fixed_key;
+    const char *prefix;      /* the dotted groups around this file's @include, "" at the top */
+    const char *include_dir; /* NULL: relative to the working folder */
+    int depth;               /* of @include; MAX_INCLUDE_DEPTH: do not follow */
+} scan_ctx;
+
+static void scan_file(const char *path, const scan_ctx *outer, const char *prefix, mpx_errs *e);
 
 static int is_name_start(int c) { return isalpha(c) || c == '*'; }
 static int is_name_char(int c) { return isalnum(c) || c == '_' || c == '-' || c == '*'; }
@@ -49,10 +62,44 @@ static int int_token(const char *p, const char **end, long long *v, int *overflo
     return 1;
 }
 
-void mpx_config_scan_int_literals(const char *text, const char *file, const char *fixed_where,
-                                  const char *fixed_key, mpx_errs *e)
+/* `@include "NAME"` at p, which starts a line (blanks before it): NAME into buf and the
+ * position after the closing quote, or NULL when p is no include. */
+static const char *include_at(const char *p, char *buf, size_t len)
 {
-    int line = 1;
+    if (strncmp(p, "@include", 8) || (p[8] != ' ' && p[8] != '\t')) return NULL;
+    p += 8;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p++ != '"') return NULL;
+    size_t n = 0;
+    for (; *p && *p != '"' && *p != '\n'; p++) {
+        if (*p == '\\' && p[1]) p++;
+        if (n + 1 < len) buf[n++] = *p;
+    }
+    buf[n] = 0;
+    return *p == '"' ? p + 1 : NULL;
+}
+
+static void dotted_groups(char groups[][128], int depth, const char *prefix, char *out, size_t len)
+{
+    snprintf(out, len, "%s", prefix);
+    for (int g = 0; g < depth && g < 8; g++)
+        if (groups[g][0]) snprintf(out + strlen(out), len - strlen(out), "%s.", groups[g]);
+}
+
+static void follow_include(const char *name, const scan_ctx *c, char groups[][128], int depth, mpx_errs *e)
+{
+    char path[4096], prefix[1200];
+    if (c->depth >= MAX_INCLUDE_DEPTH) return; /* libconfig refuses it */
+    int n = c->include_dir && name[0] != '/' ? snprintf(path, sizeof path, "%s/%s", c->include_dir, name)
+                                             : snprintf(path, sizeof path, "%s", name);
+    if (n < 0 || (size_t)n >= sizeof path) return; /* libconfig cannot open it either */
+    dotted_groups(groups, depth, c->prefix, prefix, sizeof prefix);
+    scan_file(path, c, prefix, e);
+}
+
+static void scan(const char *text, const scan_ctx *c, mpx_errs *e)
+{
+    int line = 1, line_start = 1;
     char key[128] = "";
     char groups[8][128]; /* the enclosing group names, for the dotted key */
     int depth = 0;
@@ -60,9 +107,20 @@ void mpx_config_scan_int_literals(const char *text, const char *file, const char
     char prev = 0; /* the last significant character */
     while (*p) {
         const char *q = skip_non_code(p, &line);
-        if (q != p) { p = q; prev = ' '; continue; }
-        if (*p == '\n') { line++; p++; continue; }
+        if (q != p) { p = q; prev = ' '; line_start = 0; continue; }
+        if (*p == '\n') { line++; p++; line_start = 1; continue; }
         if (isspace((unsigned char)*p)) { p++; continue; }
+        if (*p == '@' && line_start) {
+            char name[4096];
+            const char *after = include_at(p, name, sizeof name);
+            if (after) {
+                follow_include(name, c, groups, depth, e);
+                p = after;
+                line_start = 0;
+                continue;
+            }
+        }
+        line_start = 0;
         if (is_name_start((unsigned char)*p)) {
             const char *s = p;
             while (is_name_char((unsigned char)*p)) p++;
@@ -88,15 +146,14 @@ void mpx_config_scan_int_literals(const char *text, const char *file, const char
             if (int_token(p, &end, &v, &overflow)) {
                 int wide = *end == 'L' || *end == 'l';
                 if (!wide && (overflow || v > INT32_MAX || v < INT32_MIN)) {
-                    char where[512];
-                    if (fixed_where) snprintf(where, sizeof where, "%s", fixed_where);
-                    else snprintf(where, sizeof where, "%s:%d", file, line);
-                    char dotted[1200] = "";
-                    for (int g = 0; g < depth && g < 8; g++)
-                        if (groups[g][0]) snprintf(dotted + strlen(dotted), sizeof dotted - strlen(dotted), "%s.", groups[g]);
+                    char where[4200];
+                    if (c->fixed_where) snprintf(where, sizeof where, "%s", c->fixed_where);
+                    else snprintf(where, sizeof where, "%s:%d", c->file, line);
+                    char dotted[1400];
+                    dotted_groups(groups, depth, c->prefix, dotted, sizeof dotted);
                     snprintf(dotted + strlen(dotted), sizeof dotted - strlen(dotted), "%s", key);
                     mpx_errs_add(e, "%s: '%s' = %.*s does not fit a 32-bit integer (libconfig would wrap it); "
-                                 "write %.*sL for a 64-bit one", where, fixed_key ? fixed_key : dotted,
+                                 "write %.*sL for a 64-bit one", where, c->fixed_key ? c->fixed_key : dotted,
                                  (int)(end - p), p, (int)(end - p), p);
                 }
                 p = end + wide;
@@ -110,10 +167,19 @@ void mpx_config_scan_int_literals(const char *text, const char *file, const char
     }
 }
 
-int mpx_config_scan_file_int_literals(const char *path, mpx_errs *e)
+void mpx_config_scan_int_literals(const char *text, const char *file, const char *fixed_where,
+                                  const char *fixed_key, mpx_errs *e)
 {
+    scan_ctx c = { file, fixed_where, fixed_key, "", NULL, MAX_INCLUDE_DEPTH };
+    scan(text, &c, e);
+}
+
+/* The file's text, NUL-terminated (malloc'd); NULL (no error) when it cannot be opened. */
+static char *slurp(const char *path, int *too_big)
+{
+    *too_big = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) return 0; /* libconfig reports the unreadable file */
+    if (!f) return NULL; /* libconfig reports the unreadable file */
     size_t cap = 1 << 16, n = 0;
     char *text = malloc(cap);
     size_t r;
@@ -127,13 +193,26 @@ int mpx_config_scan_file_int_literals(const char *path, mpx_errs *e)
         }
     }
     fclose(f);
-    if (!text) {
-        mpx_errs_add(e, "%s: cannot read the config file (over 64 MiB or out of memory)", path);
-        return -1;
-    }
-    text[n] = 0;
-    int before = e->n;
-    mpx_config_scan_int_literals(text, path, NULL, NULL, e);
+    if (!text) *too_big = 1;
+    else text[n] = 0;
+    return text;
+}
+
+static void scan_file(const char *path, const scan_ctx *outer, const char *prefix, mpx_errs *e)
+{
+    int too_big;
+    char *text = slurp(path, &too_big);
+    if (too_big) mpx_errs_add(e, "%s: cannot read the config file (over 64 MiB or out of memory)", path);
+    if (!text) return;
+    scan_ctx c = { path, NULL, NULL, prefix, outer->include_dir, outer->depth + 1 };
+    scan(text, &c, e);
     free(text);
+}
+
+int mpx_config_scan_file_int_literals(const char *path, const char *include_dir, mpx_errs *e)
+{
+    int before = e->n;
+    scan_ctx top = { path, NULL, NULL, "", include_dir, -1 }; /* the file itself is depth 0 */
+    scan_file(path, &top, "", e);
     return e->n > before ? -1 : 0;
 }

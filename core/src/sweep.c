@@ -222,7 +222,7 @@ int mpx_sweep_load(mpx_sweep *sw, const char *path, char *err, size_t errlen)
     int rc;
     mpx_errs wide = { err, errlen, 0, 0 };
     err[0] = 0;
-    if (mpx_config_scan_file_int_literals(path, &wide)) {
+    if (mpx_config_scan_file_int_literals(path, NULL, &wide)) {
         rc = -1;
     } else if (!config_read_file(&cf, path)) {
         if (config_error_type(&cf) == CONFIG_ERR_FILE_IO)
