@@ -3,7 +3,7 @@ GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown
 $(BUILD)/obj/core/src/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
 $(BUILD)/obj/core/src/provenance.o: $(wildcard .git/HEAD .git/refs/heads/*)
 LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/shard.c core/src/weight_gather.c core/src/precision_keys.c \
-            core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/memory_plan.c \
+            core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
             core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
             core/src/cmd_check.c core/src/compat.c core/src/check_report.c core/src/cmd_run.c core/src/launch.c core/src/diagnostics.c \
             core/src/format_table.c core/src/scaling.c core/src/update_window.c

@@ -93,12 +93,14 @@ Test(hostile_squad, a_dev_context_of_one_very_long_word_evaluates, .timeout = 60
 /* A diverged model (lr 1e30, no clipping): evaluation used to end with "out of memory
  * building JSON" and leave predictions.json.tmp. Now it is an error that says so and
  * names the step where the training loss went non-finite; the loss curve keeps that
- * step (null: JSON has no NaN) rather than dropping it. */
+ * step (null: JSON has no NaN) rather than dropping it. A static loss scale (of 1)
+ * skips the non-finite steps, so the run reaches evaluation; with no loss scale at all
+ * ("none", fp32's default) it would now stop at the first one (tests/test_nonfinite.c). */
 Test(hostile_squad, non_finite_scores_at_evaluation_are_an_error_naming_the_step, .timeout = 60)
 {
     char *d = ts_tmpdir("hostile-nan"), path[600];
     int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/tiny_squad.cfg -s optimizer.lr=1e30 -s train.gradient_clipping=0 "
-                   "-s train.max_steps=5 --out %s/run 2>&1", d);
+                   "-s train.max_steps=5 -s 'precision.loss_scale=\"static\"' --out %s/run 2>&1", d);
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "logits are not finite (NaN or inf): the model diverged; the training loss first went "
                           "non-finite at step ") != NULL, "%s", out);

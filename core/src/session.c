@@ -8,6 +8,7 @@
 #include "core_schema.h"
 #include "decay.h"
 #include "memory_plan.h"
+#include "nonfinite.h"
 #include "session.h"
 #include "shard.h"
 #include "weight_gather.h"
@@ -188,6 +189,7 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
         snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);
         return -1;
     }
+    if (mpx_nonfinite_own_ops(s, err, errlen)) return -1;
     if (mpx_session_precision(s, err, errlen)) return -1;
     mpx_instance *c = &s->inst[MPX_KIND_COMM];
     START(MPX_KIND_COMM, c->rec->vt.comm.create(&c->env.pub, &c->self));
@@ -440,6 +442,7 @@ void mpx_session_close(mpx_session *s)
     while (s->n_allocs) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, s->allocs[s->n_allocs - 1].ptr);
     mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
     if (b->self) b->rec->vt.backend.destroy(b->self);
+    mpx_nonfinite_free_ops(s);
     free(s->allocs);
     free(s->offsets);
     mpx_scaling_free(&s->scaling);

@@ -40,7 +40,8 @@ struct mpx_session {
     mpx_registry reg;
     mpx_instance inst[MPX_KIND_COUNT];
 
-    const mpx_ops *ops;    /* the backend's */
+    const mpx_ops *ops;    /* the backend's (through ops_own) */
+    mpx_ops *ops_own;      /* the session's copy of the backend's table (nonfinite.h) */
     void *be;
     mpx_precision_desc prec;
     mpx_format_table fmts;   /* built-in formats + the policy's (ABI 1.2) */

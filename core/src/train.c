@@ -13,6 +13,7 @@
 #include "diagnostics.h"
 #include "loss_scaler.h"
 #include "launch.h"
+#include "nonfinite.h"
 #include "schedule_glue.h"
 #include "shard.h"
 #include "train_state.h"
@@ -113,11 +114,12 @@ static void maybe_fault(int64_t step, mpx_record *rec, int rank)
 
 /* MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]: an inf in the first gradient element at those
  * steps (after backward), to test loss-scale handling end to end; with
- * MPX_INJECT_OVERFLOW_RANK=R only on rank R (every rank must still skip). */
+ * MPX_INJECT_OVERFLOW_RANK=R only on rank R (every rank must still skip). rank < 0: on
+ * any rank (what every rank knows alike). */
 static int injects_overflow(int64_t step, int rank)
 {
     const char *r = getenv("MPX_INJECT_OVERFLOW_RANK");
-    if (r && *r && strtol(r, NULL, 10) != rank) return 0;
+    if (rank >= 0 && r && *r && strtol(r, NULL, 10) != rank) return 0;
     const char *e = getenv("MPX_INJECT_OVERFLOW_AT_STEP");
     while (e && *e) {
         char *end;
@@ -184,8 +186,10 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
         b.tick = s->tick;
         b.training = 1;
         mpx_forward_out fo = { .size = sizeof fo };
-        if (mv->forward(m->self, &b, &fo) ||
-            mv->backward(m->self, &b, seed, s->grad_acc.p ? 0 : micro > 0)) {
+        mpx_nonfinite_phase(0);
+        int failed = mv->forward(m->self, &b, &fo);
+        mpx_nonfinite_phase(1);
+        if (failed || mv->backward(m->self, &b, seed, s->grad_acc.p ? 0 : micro > 0)) {
             mpx_session_error(s, MPX_KIND_MODEL, err, errlen);
             snprintf(err + strlen(err), errlen - strlen(err), " (step %lld)", (long long)step);
             return -1;
@@ -343,6 +347,24 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
     return mpx_diag_end_step(diag, s, step, !*skipped);
 }
 
+/* A NaN or inf in the step with no loss scaler to skip it (precision.loss_scale "none";
+ * an injected overflow still skips: it tests the skip path): the step's micro-batches
+ * again, from the data position it started at, with every op checked (nonfinite.h);
+ * always -1, err naming the step, the op and the tensor. */
+static int stop_on_nonfinite(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, const uint64_t pos[2],
+                             double scale, double loss, json_t *metrics, char *err, size_t errlen)
+{
+    mpx_diagnostics off = { 0 };
+    double again;
+    int64_t tokens;
+    if (!t->seek || t->seek(t, s, pos, err, errlen) || mpx_nonfinite_begin(s, err, errlen)) return -1;
+    char rerun_err[1024] = "";
+    int rc = accumulate(s, t, c, step, scale, &off, &again, &tokens, rerun_err, sizeof rerun_err);
+    mpx_nonfinite_end(s, step, loss, metrics, err, errlen);
+    if (rc) snprintf(err + strlen(err), errlen - strlen(err), " (the locate pass failed: %s)", rerun_err);
+    return -1;
+}
+
 enum { COL_STEP, COL_LOSS, COL_LR, COL_GRAD_NORM, COL_SCALE, COL_SKIPPED, COL_TOKENS_S, COL_ELAPSED, N_COLS };
 const char *const mpx_metrics_columns[N_COLS] = {
     "step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens_per_s", "elapsed_s",
@@ -381,6 +403,8 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         int64_t tokens;
         double scale = lsp->scale;
         if (mpx_diag_begin_step(diag, s, step, total)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }
+        uint64_t pos[2] = { 0, 0 }; /* where the step's data starts, for a locate pass */
+        if (t->position) t->position(t, pos);
         if (accumulate(s, t, &c, step, scale, diag, &loss, &tokens, err, errlen)) return -1;
         mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads;
         if (injects_overflow(step, s->rank) && inject_inf(s, acc)) {
@@ -390,6 +414,8 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
         int overflow = 0, skip = 0;
         if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
+        if ((overflow || !isfinite(loss)) && !injects_overflow(step, -1) && !strcmp(lsp->preset, "none"))
+            return stop_on_nonfinite(s, t, &c, step, pos, scale, loss, metrics, err, errlen);
         if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
         if (!skip) {
             /* FP16_Optimizer.step updates cur_scale before unscale_and_clip_grads reads it */
