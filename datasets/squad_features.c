@@ -123,6 +123,7 @@ static int build_query(builder *B, int32_t q)
         return -1;
     }
     int32_t n = B->scratch.len < fs->cfg.max_query_length ? B->scratch.len : fs->cfg.max_query_length;
+    fs->n_truncated_queries += n < B->scratch.len;
     int32_t off = q ? fs->query_off[q - 1] + fs->query_len[q - 1] : 0;
     if (grow((void **)&fs->query_ids, &B->cap_query, off + n, sizeof(int32_t))) return oom(B, "queries");
     if (n > 0) /* an empty question has no ids, and query_ids may still be NULL */
@@ -208,7 +209,8 @@ static int answer_found(const char *ctx, const mpx_squad_doc *d, int32_t ws, int
 const char *mpx_squad_skip_reason_name(mpx_squad_skip_reason r)
 {
     static const char *const names[MPX_SQUAD_SKIP_COUNT] = { "no_answer", "answer_outside_context",
-                                                             "answer_not_on_words", "answer_text_not_at_offset" };
+                                                             "answer_not_on_words", "answer_text_not_at_offset",
+                                                             "context_without_tokens" };
     return (unsigned)r < MPX_SQUAD_SKIP_COUNT ? names[r] : "?";
 }
 
@@ -256,6 +258,7 @@ static int answer_tokens(builder *B, int32_t q, int32_t *ts, int32_t *te)
     int found = answer_found(ctx, d, ws, we, a->text);
     if (found < 0) return oom(B, "answer check");
     if (!found) return skip_question(B, q, MPX_SQUAD_SKIP_TEXT_MISMATCH);
+    if (d->n_tokens == 0) return skip_question(B, q, MPX_SQUAD_SKIP_NO_WINDOWS); /* run_squad.py: no window */
     *ts = d->orig_to_tok[ws];
     *te = we < d->n_words - 1 ? d->orig_to_tok[we + 1] - 1 : d->n_tokens - 1;
     if (improve_span(B, d, a->text, ts, te)) {
@@ -276,7 +279,9 @@ static int add_windows(builder *B, int32_t q)
     if (c->is_training) {
         int r = answer_tokens(B, q, &ts, &te);
         if (r) return r < 0 ? -1 : 0;
+        fs->n_extra_answers += fs->data->questions[q].n_answers - 1; /* labels come from answers[0] */
     }
+    if (d->n_tokens == 0) fs->n_windowless++;
     int32_t qlen = fs->query_len[q], max_doc = c->max_seq_length - qlen - 3;
     for (int32_t start = 0, k = 0; start < d->n_tokens; k++) {
         int32_t len = d->n_tokens - start < max_doc ? d->n_tokens - start : max_doc;

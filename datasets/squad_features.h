@@ -44,7 +44,8 @@ typedef enum mpx_squad_skip_reason {
     MPX_SQUAD_SKIP_OUTSIDE_CONTEXT = 1,   /* answer_start (or its end) past the context, empty answer */
     MPX_SQUAD_SKIP_NOT_ON_WORDS = 2,      /* the span does not fall on the context's words */
     MPX_SQUAD_SKIP_TEXT_MISMATCH = 3,     /* the context at answer_start does not read the answer */
-    MPX_SQUAD_SKIP_COUNT = 4,
+    MPX_SQUAD_SKIP_NO_WINDOWS = 4,        /* the context gives no sub-tokens, so no window */
+    MPX_SQUAD_SKIP_COUNT = 5,
 } mpx_squad_skip_reason;
 
 typedef struct mpx_squad_features {
@@ -61,6 +62,10 @@ typedef struct mpx_squad_features {
     int32_t n_skipped;             /* training questions whose answer is not at its offset */
     int32_t *skipped;              /* [n_skipped] question indices */
     int32_t skip_reasons[MPX_SQUAD_SKIP_COUNT]; /* n_skipped by reason */
+    /* What else the windows leave out, as run_squad.py does, silently there: */
+    int32_t n_windowless;          /* evaluation questions with no window (scored 0: no prediction) */
+    int32_t n_extra_answers;       /* training answers past answers[0] of the questions used */
+    int32_t n_truncated_queries;   /* questions cut to max_query_length sub-tokens */
 } mpx_squad_features;
 
 /* The reason of each skipped training question, as the record names it. */

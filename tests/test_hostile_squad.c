@@ -3,7 +3,8 @@
  * "successfully" with the 41 dropped silently; answer_start = 2147483647 overflowed a
  * signed sum (UBSan); a dev context of one very long word passed a null pointer to qsort
  * (UBSan). Now skipped questions are counted by reason in run.json with a note on
- * stderr, a mostly-unusable file is an error (mpx check and mpx run), and both UB cases
+ * stderr (and so are ignored extra answers, cut queries and questions with no window),
+ * a mostly-unusable file is an error (mpx check and mpx run), and both UB cases
  * are plain skips / empty candidate lists, run under the sanitizer build in CI. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -72,6 +73,62 @@ Test(hostile_squad, a_skipped_question_is_counted_with_its_reason_and_noted, .ti
     cr_expect_eq(json_integer_value(json_object_get(tr, "questions")), 42);
     cr_expect_eq(json_integer_value(json_object_get(tr, "skipped_questions")), 1);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(tr, "reasons"), "answer_outside_context")), 1);
+    json_decref(j);
+}
+
+/* What else the windows leave out, silently in run_squad.py, counted and noted: answers
+ * past answers[0] (training reads the first only), queries past max_query_length (16 in
+ * tiny_squad.cfg; 20 words give at least 20 sub-tokens), and questions whose context
+ * gives no sub-token (control characters only, which BERT's clean_text drops: no
+ * window) — skipped in training, scored 0 at evaluation. */
+static json_t *question(const char *id, const char *q, const char *text, int start, const char *text2)
+{
+    json_t *a = json_pack("[{s:s, s:i}]", "text", text, "answer_start", start);
+    if (text2) json_array_append_new(a, json_pack("{s:s, s:i}", "text", text2, "answer_start", 15));
+    return json_pack("{s:s, s:s, s:o}", "id", id, "question", q, "answers", a);
+}
+
+static void write_cut_squad(const char *path, int n, int n_two_answers, int long_query, const char *blank_ctx)
+{
+    json_t *qas = json_array();
+    char long_q[400] = "";
+    for (int k = 0; k < 20; k++) snprintf(long_q + strlen(long_q), sizeof long_q - strlen(long_q), "tok%d ", 20 + k);
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "q%d", i);
+        json_array_append_new(qas, question(id, i == long_query ? long_q : "tok20 tok21 tok22", "tok7", 10,
+                                            i < n_two_answers ? "tok8" : NULL));
+    }
+    json_t *blank = json_pack("{s:s, s:[o]}", "context", blank_ctx, "qas", question("blank", "tok20", blank_ctx, 0, NULL));
+    json_t *root = json_pack("{s:s, s:[{s:s, s:[{s:s, s:o}, o]}]}", "version", "1.1", "data", "title", "made_up",
+                             "paragraphs", "context", CONTEXT, "qas", qas, blank);
+    cr_assert_eq(json_dump_file(root, path, 0), 0, "%s", path);
+    json_decref(root);
+}
+
+Test(hostile_squad, extra_answers_cut_queries_and_windowless_questions_are_counted_and_noted, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], run[512], path[600];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    snprintf(run, sizeof run, "%s/run", d);
+    write_cut_squad(train, 8, 2, 3, "\x01\x02");
+    write_cut_squad(dev, 3, 0, -1, "\x01");
+    cr_assert_eq(mpx_tiny("run", train, dev, run), 0, "%s", out);
+    cr_expect(strstr(out, "1 of 9 training questions skipped (context_without_tokens 1); 2 extra answers ignored "
+                          "(training reads answers[0] only); 1 questions cut to 16 query sub-tokens") != NULL, "%s", out);
+    cr_expect(strstr(out, "dev.json: 1 questions have no window") != NULL, "%s", out);
+    snprintf(path, sizeof path, "%s/run.json", run);
+    json_t *j = ts_load_json(path), *dd = json_object_get(j, "data_dropped");
+    json_t *tr = json_object_get(dd, "train"), *dv = json_object_get(dd, "dev");
+    cr_expect_eq(json_integer_value(json_object_get(tr, "questions")), 9);
+    cr_expect_eq(json_integer_value(json_object_get(tr, "skipped_questions")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(tr, "reasons"), "context_without_tokens")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(tr, "extra_answers")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(tr, "truncated_queries")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(dv, "questions")), 4);
+    cr_expect_eq(json_integer_value(json_object_get(dv, "questions_without_windows")), 1);
+    cr_expect_null(json_object_get(dv, "truncated_queries"));
     json_decref(j);
 }
 

@@ -265,31 +265,89 @@ static json_t *squad_files(mpx_task *t)
     return o;
 }
 
+/* What else the features leave out or cut (run_squad.py does the same, silently), for
+ * the record and the note: answers past answers[0] (training labels come from the first),
+ * queries cut to max_query_length, evaluation questions with no window (scored 0). */
+static void report_cut(json_t *o, const mpx_squad_features *fs, int training, char *text, size_t len)
+{
+    int32_t q_max = fs->cfg.max_query_length;
+    if (training && fs->n_extra_answers) {
+        json_object_set_new(o, "extra_answers", json_integer(fs->n_extra_answers));
+        snprintf(text + strlen(text), len - strlen(text), "; %d extra answers ignored (training reads answers[0] only)",
+                 fs->n_extra_answers);
+    }
+    if (fs->n_truncated_queries) {
+        json_object_set_new(o, "truncated_queries", json_integer(fs->n_truncated_queries));
+        snprintf(text + strlen(text), len - strlen(text), "; %d questions cut to %d query sub-tokens "
+                 "(data.squad.max_query_length)", fs->n_truncated_queries, q_max);
+    }
+    if (!training && fs->n_windowless) {
+        json_object_set_new(o, "questions_without_windows", json_integer(fs->n_windowless));
+        snprintf(text + strlen(text), len - strlen(text), "; %d questions have no window (their context gives no "
+                 "sub-tokens): no prediction, scored 0", fs->n_windowless);
+    }
+}
+
+/* data_dropped.KEY, created on first use. */
+static json_t *dropped_split(mpx_task *t, const char *key, const char *file, int32_t n_q)
+{
+    if (!t->dropped && !(t->dropped = json_object())) return NULL;
+    json_t *o = json_object_get(t->dropped, key);
+    if (!o) json_object_set_new(t->dropped, key, o = json_pack("{s:s, s:i}", "file", file, "questions", n_q));
+    return o;
+}
+
 /* Training questions the features leave out (run_squad.py drops them silently): counted
  * by reason for the record, a note on stderr, and an error when they are most of the file. */
 static int report_skipped(mpx_task *t, squad_task *d, char *err, size_t errlen)
 {
     const mpx_squad_features *fs = d->train_fs;
     int32_t n_q = d->train.n_questions;
-    if (fs->n_skipped == 0) return 0;
+    char text[512] = "", cut[1024] = "";
+    json_t *cuts = json_object();
+    report_cut(cuts, fs, 1, cut, sizeof cut);
+    if (fs->n_skipped == 0 && !cut[0]) {
+        json_decref(cuts);
+        return 0;
+    }
+    json_t *o = dropped_split(t, "train", d->train_path, n_q);
+    if (o) json_object_update(o, cuts);
+    json_decref(cuts);
+    if (fs->n_skipped == 0) {
+        fprintf(stderr, "mpx: note: %s: %s; counted in run.json data_dropped\n", d->train_path, cut + 2);
+        return 0;
+    }
     json_t *reasons = json_object();
-    char text[512] = "";
     for (int r = 0; r < MPX_SQUAD_SKIP_COUNT; r++) {
         if (!fs->skip_reasons[r]) continue;
         const char *name = mpx_squad_skip_reason_name((mpx_squad_skip_reason)r);
         json_object_set_new(reasons, name, json_integer(fs->skip_reasons[r]));
         snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s %d", text[0] ? ", " : "", name, fs->skip_reasons[r]);
     }
-    t->dropped = json_pack("{s:{s:s, s:i, s:i, s:o}}", "train", "file", d->train_path, "questions", n_q,
-                           "skipped_questions", fs->n_skipped, "reasons", reasons);
+    if (o) {
+        json_object_set_new(o, "skipped_questions", json_integer(fs->n_skipped));
+        json_object_set_new(o, "reasons", reasons);
+    } else json_decref(reasons);
     if ((int64_t)fs->n_skipped * 2 > n_q) {
         snprintf(err, errlen, "%s: %d of %d training questions are unusable (%s): is this a SQuAD v1.1 file?",
                  d->train_path, fs->n_skipped, n_q, text);
         return -1;
     }
-    fprintf(stderr, "mpx: note: %s: %d of %d training questions skipped (%s); counted in run.json data_dropped\n",
-            d->train_path, fs->n_skipped, n_q, text);
+    fprintf(stderr, "mpx: note: %s: %d of %d training questions skipped (%s)%s; counted in run.json data_dropped\n",
+            d->train_path, fs->n_skipped, n_q, text, cut);
     return 0;
+}
+
+/* The same for the evaluation questions (nothing is an error there). */
+static void report_dev_cut(mpx_task *t, squad_task *d)
+{
+    char cut[1024] = "";
+    json_t *cuts = json_object();
+    report_cut(cuts, d->dev_fs, 0, cut, sizeof cut);
+    json_t *o = cut[0] ? dropped_split(t, "dev", d->dev_path, d->dev.n_questions) : NULL;
+    if (o) json_object_update(o, cuts);
+    json_decref(cuts);
+    if (cut[0]) fprintf(stderr, "mpx: note: %s: %s; counted in run.json data_dropped\n", d->dev_path, cut + 2);
 }
 
 static void squad_destroy(mpx_task *t)
@@ -377,6 +435,7 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
                    err, errlen) ||
         mpx_squad_features_build(&d->dev, d->tok, &fc, &d->dev_fs, err, errlen))
         return -1;
+    report_dev_cut(t, d);
     t->max_batch = (int)(batch > d->eval_batch ? batch : d->eval_batch);
     t->max_seq = (int)seq;
     for (int i = 0; i < 5; i++) {
