@@ -42,13 +42,15 @@ void mpx_nonfinite_free_ops(mpx_session *s)
     s->ops_own = NULL;
 }
 
-/* The parameter whose weights (or gradient) `p` points into: its index, or -1. */
-static long param_at(const mpx_session *s, mpx_arg buf, const void *p)
+/* The parameter whose weights (or gradient) `p` points into: its index, or -1. `buf`
+ * holds the flat elements [base, base + len) (stage 3 keeps only its slice of the weights). */
+static long param_at(const mpx_session *s, mpx_arg buf, size_t base, size_t len, const void *p)
 {
     size_t sz = mpx_dtype_size(buf.t);
     const char *c = p, *b = buf.p;
-    if (!b || !sz || c < b || c >= b + s->numel * sz) return -1;
-    size_t el = (size_t)(c - b) / sz;
+    if (!b || !sz || c < b || c >= b + len * sz) return -1;
+    size_t el = base + (size_t)(c - b) / sz;
+    if (el >= s->numel) return -1; /* the padding */
     for (size_t i = s->n_params; i-- > 0;)
         if (s->offsets[i] <= el) return (long)i;
     return -1;
@@ -65,9 +67,10 @@ static int tensor_role(const mpx_session *s, const void *p, char *buf, size_t le
 {
     long i;
     if (!p) return 0;
-    if ((i = param_at(s, s->weights, p)) >= 0) return snprintf(buf, len, "%s", param_name(s, i)), 1;
-    if ((i = param_at(s, s->grads, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
-    if ((i = param_at(s, s->grad_acc, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
+    if ((i = param_at(s, s->weights, s->weights_base, s->weights_len, p)) >= 0)
+        return snprintf(buf, len, "%s", param_name(s, i)), 1;
+    if ((i = param_at(s, s->grads, 0, s->numel, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
+    if ((i = param_at(s, s->grad_acc, 0, s->numel, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
     return 0;
 }
 
@@ -315,14 +318,15 @@ static int w_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size
     return rc;
 }
 
-/* Non-finite weights before the step: the first such parameter and how many values. */
+/* Non-finite weights before the step (this rank's, at stage 3 its slice): the first such
+ * parameter and how many values. */
 static int bad_weights(const mpx_session *s, char *buf, size_t len)
 {
-    size_t params = 0, first_bad = 0;
+    size_t params = 0, first_bad = 0, wb = s->weights_base, we = s->weights_base + s->weights_len;
     long first = -1;
     for (size_t i = 0; i < s->n_params; i++) {
-        size_t n = s->offsets[i + 1] - s->offsets[i], bad = 0;
-        if (s->ops->count_nonfinite(s->be, mpx_at(s->weights, s->offsets[i]), n, &bad) || !bad) continue;
+        size_t lo = s->offsets[i] > wb ? s->offsets[i] : wb, hi = s->offsets[i + 1] < we ? s->offsets[i + 1] : we, bad = 0;
+        if (lo >= hi || s->ops->count_nonfinite(s->be, mpx_at(s->weights, lo - wb), hi - lo, &bad) || !bad) continue;
         if (first < 0) { first = (long)i; first_bad = bad; }
         params++;
     }
