@@ -273,6 +273,34 @@ Test(ranks, overflow_on_one_rank_skips_every_rank, .timeout = 300)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
+/* The training state with ranks: 20 straight steps against 12 with a checkpoint every 5,
+ * a crash of every rank at step 12, `mpx run --resume` (from step 10) and the rest,
+ * bitwise — at 3 ranks with uneven shards at stage 3, where every rank holds only slices
+ * of the weights, the fp32 master and the optimizer state (the checkpoint holds them
+ * whole: rank 0 writes what the ranks all-gather, each rank reads back its own slice),
+ * with fp16-scaled's loss scaler. */
+Test(ranks, a_run_at_3_ranks_resumes_bitwise, .timeout = 300)
+{
+    char *dir = ts_tmpdir("ranks-resume"), out[16384], from[4096];
+    static const char args[] = TOY_UNEVEN " -s 'precision.plugin=\"fp16-scaled\"' -s 'zero.plugin=\"stage3\"' --ranks 3 "
+                               "-s train.checkpoint_every=5";
+    tr_run straight, resumed;
+    tr_run_mpx(&straight, dir, "straight", TOY, args);
+    int rc = ts_sh(out, sizeof out, "MPX_FAULT_AT_STEP=12 timeout 200 build/bin/mpx run " TOY " --out %s/resumed %s 2>&1",
+                   dir, args);
+    cr_assert_eq(rc, 1, "the crashed run exited %d:\n%s", rc, out);
+    snprintf(from, sizeof from, "--resume %s/resumed", dir);
+    tr_run_mpx(&resumed, dir, "resumed", from, "");
+    json_t *res = json_array_get(json_object_get(resumed.rec, "resumed"), 0);
+    cr_expect_eq(json_integer_value(json_object_get(res, "step")), 10, "run.json says where it resumed");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(resumed.rec, "memory"), "zero_stage")), 3);
+    cr_expect(tr_bitwise_equal(&resumed, &straight), "resumed at 3 ranks differs: loss %.3g, weights %.3g",
+              tr_loss_diff(&resumed, &straight), tr_weight_rel_diff(&resumed, &straight));
+    tr_free(&straight);
+    tr_free(&resumed);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 Test(ranks, a_dying_rank_fails_the_run_with_its_error, .timeout = 120)
 {
     char *dir = ts_tmpdir("ranks-die"), out[16384], path[4096];

@@ -489,11 +489,6 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
 {
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
-    if (s->world > 1 && (from || c.checkpoint_every > 0)) {
-        /* the training state would hold one rank's slices: not written yet */
-        snprintf(err, errlen, "train.checkpoint_every and --resume need one rank (run.ranks = %d)", s->world);
-        return -1;
-    }
     int64_t total;
     if (mpx_train_count_steps(s, t->n_train, &total, err, errlen)) return -1;
     mpx_loss_scaler ls;

@@ -34,6 +34,56 @@ static size_t state_buffers(const mpx_session *s, state_buf *out)
     return n;
 }
 
+/* With ranks (ZeRO), a rank holds the whole padded buffer or only its slice: the master,
+ * the Kahan buffer and the optimizer state from stage 1, the weights at stage 3. The
+ * checkpoint always holds whole buffers of numel elements, so it does not depend on the
+ * stage: rank 0 writes the slices every rank all-gathered, and each rank reads back its
+ * own slice. */
+static size_t held_len(const mpx_session *s, const state_buf *b)
+{
+    return b->a.p == s->weights.p ? s->weights_len : s->shard_len;
+}
+
+static int sliced(const mpx_session *s, const state_buf *b) { return held_len(s, b) < s->numel_pad; }
+
+/* The whole buffer: itself, or (collective) its slices all-gathered into *tmp, which the
+ * caller gives back with release_tmp. */
+static int whole_buffer(mpx_session *s, const state_buf *b, mpx_arg *out, void **tmp)
+{
+    *tmp = NULL;
+    *out = b->a;
+    if (!sliced(s, b)) return 0;
+    size_t es = mpx_dtype_size(b->a.t);
+    if (!(*tmp = mpx_session_alloc(s, MPX_ROLE_SCRATCH, s->numel_pad * es, "training state staging"))) return -1;
+    mpx_arg all = mpx_a(*tmp, b->a.t), mine = mpx_at(all, s->shard_begin);
+    const mpx_instance *c = &s->inst[MPX_KIND_COMM];
+    if (s->ops->copy(s->be, mine.p, b->a.p, s->shard_len * es) ||
+        c->rec->vt.comm.allgather(c->self, mine, all, s->shard_len))
+        return -1;
+    *out = all;
+    return 0;
+}
+
+static void release_tmp(mpx_session *s, void *tmp)
+{
+    if (tmp) mpx_core_host.release(&s->inst[MPX_KIND_BACKEND].env.pub, tmp);
+}
+
+/* A rank other than 0 takes part in rank 0's all-gathers, in the same order. */
+static int gather_for_rank0(mpx_session *s, char *err, size_t errlen)
+{
+    state_buf b[3 + MPX_MAX_OPT_STATE];
+    size_t n = state_buffers(s, b);
+    for (size_t i = 0; i < n; i++) {
+        mpx_arg w;
+        void *tmp;
+        int rc = whole_buffer(s, &b[i], &w, &tmp);
+        release_tmp(s, tmp);
+        if (rc) { snprintf(err, errlen, "gathering the %s for the training state failed", b[i].name); return -1; }
+    }
+    return 0;
+}
+
 /* ---- files ------------------------------------------------------------------------- */
 
 static int write_all(int fd, const void *p, size_t n)
@@ -49,14 +99,15 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-static int read_all(int fd, void *p, size_t n)
+static int pread_all(int fd, void *p, size_t n, off_t at)
 {
     char *c = p;
     while (n) {
-        ssize_t r = read(fd, c, n);
+        ssize_t r = pread(fd, c, n, at);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) { if (r == 0) errno = EIO; return -1; }
         c += r;
+        at += r;
         n -= (size_t)r;
     }
     return 0;
@@ -154,9 +205,15 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
     if (!host) snprintf(err, errlen, "out of memory staging %s", path);
     for (size_t i = 0; !rc && i < n; i++) {
         size_t bytes = s->numel * mpx_dtype_size(b[i].a.t);
+        mpx_arg whole;
+        void *tmp;
+        if (whole_buffer(s, &b[i], &whole, &tmp)) {
+            snprintf(err, errlen, "gathering the %s from every rank for %s failed", b[i].name, path);
+            rc = -1;
+        }
         for (size_t done = 0; !rc && done < bytes; done += CHUNK) {
             size_t k = bytes - done < CHUNK ? bytes - done : CHUNK;
-            if (s->ops->to_host(s->be, host, (const char *)b[i].a.p + done, k)) {
+            if (s->ops->to_host(s->be, host, (const char *)whole.p + done, k)) {
                 snprintf(err, errlen, "cannot copy the %s to the host for %s", b[i].name, path);
                 rc = -1;
             } else if (write_all(fd, host, k)) {
@@ -164,6 +221,7 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
                 rc = -1;
             }
         }
+        release_tmp(s, tmp);
         json_array_append_new(layout, json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", b[i].name,
                                                 "dtype", mpx_dtype_name(b[i].a.t), "numel", (json_int_t)s->numel,
                                                 "offset", (json_int_t)offset, "bytes", (json_int_t)bytes));
@@ -228,6 +286,7 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
                          const mpx_diagnostics *diag, const mpx_train_progress *p, json_t *metrics,
                          char *err, size_t errlen)
 {
+    if (s->rank != 0) return gather_for_rank0(s, err, errlen); /* rank 0 writes the files */
     char tmp[PATH_MAX + 32], fin[PATH_MAX + 32], old[PATH_MAX + 32], path[PATH_MAX + 64], src[PATH_MAX + 64];
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -376,6 +435,7 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
     }
     char *host = malloc(CHUNK);
     int rc = host ? 0 : -1;
+    uint64_t file_off = 0;
     if (!host) snprintf(err, errlen, "out of memory staging %s", path);
     for (size_t i = 0; !rc && i < n; i++) {
         json_t *e = json_array_get(layout, i);
@@ -390,10 +450,16 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
             rc = -1;
             break;
         }
-        size_t bytes = s->numel * mpx_dtype_size(b[i].a.t);
+        /* the whole buffer, or this rank's slice of it (its padding past numel zeroed) */
+        size_t es = mpx_dtype_size(b[i].a.t), lo = sliced(s, &b[i]) ? s->shard_begin : 0;
+        size_t hi = sliced(s, &b[i]) ? s->shard_begin + s->shard_len : s->numel;
+        if (hi > s->numel) hi = s->numel;
+        if (lo > hi) lo = hi;
+        size_t bytes = (hi - lo) * es;
+        off_t at = (off_t)(file_off + lo * es);
         for (size_t done = 0; !rc && done < bytes; done += CHUNK) {
             size_t k = bytes - done < CHUNK ? bytes - done : CHUNK;
-            if (read_all(fd, host, k)) {
+            if (pread_all(fd, host, k, at + (off_t)done)) {
                 snprintf(err, errlen, "cannot read %s (%s): %s", path, b[i].name, strerror(errno));
                 rc = -1;
             } else if (s->ops->to_device(s->be, (char *)b[i].a.p + done, host, k)) {
@@ -401,6 +467,12 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
                 rc = -1;
             }
         }
+        if (!rc && sliced(s, &b[i]) && hi - lo < s->shard_len &&
+            s->ops->fill_zero(s->be, (char *)b[i].a.p + bytes, (s->shard_len - (hi - lo)) * es)) {
+            snprintf(err, errlen, "cannot zero the padding of the %s", b[i].name);
+            rc = -1;
+        }
+        file_off += (uint64_t)s->numel * es;
     }
     free(host);
     close(fd);

@@ -3,7 +3,9 @@
  * <run>/train_state/ holds everything the next step depends on, so that a resumed run
  * equals an uninterrupted one bitwise:
  *   state.bin        the flat model-state buffers as stored (weights, master, Kahan
- *                    compensation, optimizer state), in their own dtypes
+ *                    compensation, optimizer state), in their own dtypes, always whole:
+ *                    with ranks, the slices a ZeRO stage partitions are all-gathered
+ *                    for rank 0 to write, and each rank reads back its own slice
  *   state.json       format and version, the step to run next, the Philox tick, the
  *                    optimizer's update count, the loss-scaler state, the data order
  *                    position (epoch, cursor), the schedule position, the metrics so far
