@@ -109,6 +109,28 @@ Test(fp8, delayed_keeps_first_and_last_layers_in_bf16_by_default, .timeout = 120
     json_decref(j);
 }
 
+/* MS-AMP O2's optimizer state on fp8-delayed: E4M3 exp_avg and fp16 exp_avg_sq, each with
+ * one fp32 scale per tensor; the tiny BERT still trains, and the state is counted at 3
+ * bytes per parameter plus the scales. */
+Test(fp8, ms_amp_o2_state_trains_tiny_bert_in_three_bytes_of_adam_state, .timeout = 120)
+{
+    json_t *j = trains("-s 'precision.plugin=\"fp8-delayed\"' -s 'precision.fp8-delayed.bf16_layers=\"none\"' "
+                       "-s 'precision.fp8-delayed.optimizer_state=\"ms-amp-o2\"'", "fp8-delayed ms-amp-o2");
+    cr_expect_str_eq(prec(j, "opt_state"), "fp8-e4m3");
+    cr_expect_str_eq(prec(j, "opt_state_sq"), "fp16");
+    json_t *mem = json_object_get(j, "memory");
+    json_int_t n = json_integer_value(json_object_get(mem, "n_params"));
+    json_int_t st = json_integer_value(json_object_get(json_object_get(mem, "bytes_by_role"), "opt_state"));
+    /* E4M3 1 + fp16 2 per element, and 2 x 4 bytes per parameter tensor (the BERT has < 100) */
+    json_int_t scales = st - 3 * n;
+    cr_expect(scales > 0 && scales % 8 == 0 && scales < 8 * 100, "opt_state %lld bytes for %lld parameters",
+              (long long)st, (long long)n);
+    /* E4M3 weights 1 + E5M2 grads 1 + fp32 accumulator 4 + master 4 + Adam 3 (+ the scales) */
+    double b = bytes_per_param(j);
+    cr_expect(b >= 13.0 && b < 13.01, "fp8-delayed ms-amp-o2: %g bytes per parameter", b);
+    json_decref(j);
+}
+
 Test(fp8, mxfp8_trains_tiny_bert, .timeout = 120)
 {
     json_t *j = trains("-s 'precision.plugin=\"mxfp8\"'", "mxfp8");

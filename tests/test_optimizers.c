@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,10 +314,11 @@ Test(sgd, nesterov_needs_momentum)
     th_env_free(env);
 }
 
-Test(adam, refuses_fp16_state)
+/* fp16 and 8-bit state is for adam/adamw (below); LAMB still refuses it, by name. */
+Test(lamb, refuses_fp16_state)
 {
     fixture f = load_fixture();
-    run r = start_run(&f, "adam", "", MPX_F16);
+    run r = start_run(&f, "lamb", "", MPX_F16);
     mpx_piece pieces[N_TENSORS];
     size_t n_pieces = make_pieces(&f, 0.0f, whole, pieces);
     float *update = calloc(f.total, sizeof *update);
@@ -481,3 +483,116 @@ static void check_anyprecision(const char *plugin)
 
 Test(adam, anyprecision_matches_anyprecision_adamw) { check_anyprecision("adam"); }
 Test(adamw, anyprecision_matches_anyprecision_adamw) { check_anyprecision("adamw"); }
+
+/* ---- MS-AMP O2 state (tests/fixtures/optim/make_msamp_fixture.py) ----
+ * exp_avg in E4M3 and exp_avg_sq in fp16, each with a per-tensor power-of-two scale, 8
+ * steps against a numpy transcription of MS-AMP's storage with ml_dtypes rounding: the
+ * weights after every step, the scales after every step and the final codes, all
+ * bitwise (the same fp32 operations in the same order). */
+static uint32_t f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+
+static void check_msamp_o2(const char *plugin)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file("tests/fixtures/optim/msamp_o2.json", 0, &jerr);
+    cr_assert(root, "msamp_o2.json: %s", jerr.text);
+    size_t numel[3], total = 0;
+    for (int i = 0; i < 3; i++) total += numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(root, "numel"), (size_t)i));
+    int steps = (int)json_integer_value(json_object_get(root, "steps"));
+    double wd = json_number_value(json_object_get(root, "weight_decay"));
+    double base_lr = json_number_value(json_object_get(root, "base_lr"));
+    const char *why = NULL;
+    char path[128], over[160];
+    snprintf(path, sizeof path, "build/plugins/optimizer-%s.so", plugin);
+    const mpx_plugin_desc *d = th_load(path, &why);
+    cr_assert(d, "%s", why);
+    snprintf(over, sizeof over, "weight_decay = %g; betas = [0.9, 0.999]; eps = 1e-8;", wd);
+    char *opts = options_text(d, over);
+    mpx_precision_desc prec = th_fp32_policy();
+    prec.opt_state = MPX_FP8_E4M3;
+    prec.opt_state_sq = MPX_F16;
+    mpx_env *env = th_env(opts, NULL, &prec);
+    free(opts);
+    const mpx_optimizer_vtable *vt = d->vtable;
+    void *self;
+    cr_assert_eq(vt->create(env, &self), 0, "%s", th_error(env));
+    uint8_t *m = calloc(total, 1);
+    uint16_t *v = calloc(total, 2);
+    float *p = calloc(total, 4), *grad = calloc(total, 4), *update = calloc(total, 4), *ref = calloc(total, 4);
+    float scale_m[3] = { 1, 1, 1 }, scale_v[3] = { 1, 1, 1 };
+    cr_assert(m && v && p && grad && update && ref);
+    read_floats(json_object_get(root, "init"), p, total, "init");
+    th_set_update_target(env, mpx_a(p, MPX_F32), mpx_a(NULL, MPX_F32));
+    mpx_piece pieces[3];
+    size_t off = 0;
+    for (size_t t = 0; t < 3; t++) {
+        int nd = (int)json_integer_value(json_array_get(json_object_get(root, "no_decay"), t));
+        pieces[t] = (mpx_piece){ .param = t, .offset = off, .len = numel[t], .tensor_numel = numel[t],
+                                 .weight_decay = nd ? 0.0f : (float)wd, .site = (uint32_t)t };
+        off += numel[t];
+    }
+    for (int s = 0; s < steps; s++) {
+        read_floats(json_array_get(json_object_get(root, "grads"), (size_t)s), grad, total, "grads");
+        mpx_opt_step st = { .size = sizeof st, .pieces = pieces, .n_pieces = 3, .lr = base_lr * (1.0 + 0.1 * s),
+                            .step = s + 1, .param = mpx_a(p, MPX_F32), .grad = grad, .update = update };
+        st.state[0] = mpx_a(m, MPX_FP8_E4M3);
+        st.state[1] = mpx_a(v, MPX_F16);
+        st.state_scale[0] = scale_m;
+        st.state_scale[1] = scale_v;
+        cr_assert_eq(vt->step(self, env, &st), 0, "%s step %d: %s", plugin, s + 1, th_error(env));
+        read_floats(json_array_get(json_object_get(root, "trajectory"), (size_t)s), ref, total, "trajectory");
+        for (size_t i = 0; i < total; i++)
+            cr_assert_eq(f32_bits(p[i]), f32_bits(ref[i]), "%s step %d element %zu: %.9g, reference %.9g", plugin,
+                         s + 1, i, p[i], ref[i]);
+        json_t *sc = json_array_get(json_object_get(root, "scales"), (size_t)s);
+        for (size_t t = 0; t < 3; t++) {
+            double want_m = json_number_value(json_array_get(json_array_get(sc, t), 0));
+            double want_v = json_number_value(json_array_get(json_array_get(sc, t), 1));
+            cr_assert(scale_m[t] == want_m && scale_v[t] == want_v, "%s step %d tensor %zu: scales %g/%g, reference %g/%g",
+                      plugin, s + 1, t, scale_m[t], scale_v[t], want_m, want_v);
+        }
+    }
+    size_t zero = 0, sub = 0;
+    for (size_t i = 0; i < total; i++) {
+        int cm = (int)json_integer_value(json_array_get(json_object_get(root, "exp_avg_codes"), i));
+        int cv = (int)json_integer_value(json_array_get(json_object_get(root, "exp_avg_sq_codes"), i));
+        cr_assert_eq(m[i], cm, "%s exp_avg[%zu]: E4M3 code 0x%02x, reference 0x%02x", plugin, i, m[i], cm);
+        cr_assert_eq(v[i], cv, "%s exp_avg_sq[%zu]: fp16 code 0x%04x, reference 0x%04x", plugin, i, v[i], cv);
+        zero += (m[i] & 0x7f) == 0;
+        sub += (m[i] & 0x78) == 0 && (m[i] & 0x07) != 0;
+    }
+    /* the fixture reaches E4M3's subnormals and its flush to zero */
+    cr_assert(zero > 0 && sub > 0, "fixture too tame: %zu zero and %zu subnormal exp_avg codes", zero, sub);
+    cr_log_info("%s, MS-AMP O2 state: %d steps bitwise equal to the numpy reference (%zu exp_avg codes zero, %zu subnormal)",
+                plugin, steps, zero, sub);
+    vt->destroy(self);
+    free(m); free(v); free(p); free(grad); free(update); free(ref);
+    th_env_free(env);
+    json_decref(root);
+}
+
+Test(adam, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adam"); }
+Test(adamw, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adamw"); }
+
+/* An 8-bit state without scales (a host older than ABI 1.6 would pass none) is refused. */
+Test(adam, fp8_state_needs_scales)
+{
+    fixture f = load_fixture();
+    run r = start_run(&f, "adam", "", MPX_FP8_E4M3);
+    mpx_piece pieces[N_TENSORS];
+    size_t n_pieces = make_pieces(&f, 0.0f, whole, pieces);
+    float *update = calloc(f.total, sizeof *update);
+    mpx_opt_step s = {
+        .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces, .lr = 1e-3, .step = 1,
+        .param = mpx_a(r.param, MPX_F32), .grad = f.grads, .update = update,
+        .state = { mpx_a(r.state[0], MPX_FP8_E4M3), mpx_a(r.state[1], MPX_FP8_E4M3) },
+    };
+    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
+    cr_assert(strstr(th_error(r.env), "no scales"), "error: %s", th_error(r.env));
+    s.size = offsetof(mpx_opt_step, state_scale);
+    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
+    cr_assert(strstr(th_error(r.env), "ABI 1.6"), "error: %s", th_error(r.env));
+    free(update);
+    end_run(&r);
+    free_fixture(&f);
+}

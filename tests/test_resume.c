@@ -108,11 +108,13 @@ Test(resume, pure_bf16_stochastic_rounding_restores_the_random_streams, .timeout
 
 /* fp8-delayed with a 4-step amax window (and every layer in fp8: the tiny BERT has only
  * a first and a last layer): after the checkpoint every scale comes from the restored
- * histories, so the rest of the run matches only if they came back. */
-Test(resume, fp8_delayed_restores_the_amax_histories, .timeout = 300)
+ * histories, so the rest of the run matches only if they came back. With MS-AMP O2's
+ * optimizer state (E4M3 / fp16 moments) the per-tensor state scales must come back too. */
+Test(resume, fp8_delayed_restores_the_amax_histories_and_state_scales, .timeout = 300)
 {
     straight_vs_resumed("", "-s 'precision.plugin=\"fp8-delayed\"' -s precision.fp8-delayed.amax_history_len=4 "
-                            "-s 'precision.fp8-delayed.bf16_layers=\"none\"'");
+                            "-s 'precision.fp8-delayed.bf16_layers=\"none\"' "
+                            "-s 'precision.fp8-delayed.optimizer_state=\"ms-amp-o2\"'");
 }
 
 /* A killed run folder with a checkpoint at step 10. */

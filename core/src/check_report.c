@@ -47,11 +47,13 @@ static size_t present_lr_keys(const mpx_config *cfg, const char **out, size_t ca
 static void print_precision(FILE *out, const mpx_precision_desc *d, const mpx_format_table *fmts)
 {
     static const char *rounding[] = { "nearest", "stochastic", "kahan" };
+    char ost[256];
+    mpx_opt_state_describe(fmts, d, ost, sizeof ost);
     fprintf(out, "\n# precision: weights %s, GEMM inputs %s, activations %s, grads %s, grad accumulator %s,\n"
             "#   master %s, optimizer state %s, communication %s, eval logits %s; loss scale \"%s\"; rounding %s\n",
             mpx_dtype_label(fmts, d->weights), mpx_dtype_label(fmts, d->gemm_in), mpx_dtype_label(fmts, d->act), mpx_dtype_label(fmts, d->grads),
             d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_label(fmts, d->grad_acc),
-            d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(fmts, d->master), mpx_dtype_label(fmts, d->opt_state),
+            d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(fmts, d->master), ost,
             mpx_dtype_label(fmts, d->comm), mpx_dtype_label(fmts, d->eval_logits), d->loss_scale ? d->loss_scale : "none",
             (unsigned)d->rounding < 3 ? rounding[d->rounding] : "?");
     static const char *islands[] = { "layernorm", "softmax", "loss", "residual" };

@@ -79,17 +79,19 @@ static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
     unlink(path);
     const mpx_precision_desc *d = &s->prec;
     const mpx_format_table *t = &s->fmts;
+    char ost[256];
+    mpx_opt_state_describe(t, d, ost, sizeof ost);
     printf("  with its defaults: weights %s, GEMM inputs %s (backward %s), activations %s, grads %s,\n"
            "    grad accumulator %s, master %s, optimizer state %s, communication %s, eval logits %s;\n"
            "    loss scale \"%s\"\n",
            mpx_dtype_label(t, d->weights), mpx_dtype_label(t, d->gemm_in), mpx_dtype_label(t, mpx_grad_gemm_dtype(d)),
            mpx_dtype_label(t, d->act), mpx_dtype_label(t, d->grads),
            d->grad_acc == MPX_DTYPE_NONE ? "(the grads)" : mpx_dtype_label(t, d->grad_acc),
-           d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(t, d->master), mpx_dtype_label(t, d->opt_state),
+           d->master == MPX_DTYPE_NONE ? "none" : mpx_dtype_label(t, d->master), ost,
            mpx_dtype_label(t, d->comm), mpx_dtype_label(t, d->eval_logits), d->loss_scale ? d->loss_scale : "none");
     mpx_scaling_describe(d, buf, sizeof buf);
     printf("  scaling of 8-bit GEMM inputs: %s\n", buf);
-    const mpx_dtype used[] = { d->weights, d->gemm_in, mpx_grad_gemm_dtype(d), d->act, d->grads, d->opt_state, d->comm };
+    const mpx_dtype used[] = { d->weights, d->gemm_in, mpx_grad_gemm_dtype(d), d->act, d->grads, d->opt_state, d->opt_state_sq, d->comm };
     int shown[MPX_FORMAT_END] = { 0 };
     for (size_t i = 0; i < MPX_COUNT(used); i++) {
         const mpx_format *fm = mpx_format_of(t, used[i]);

@@ -86,6 +86,8 @@ static const mpx_option precision_opts[] = {
     OPT("eval_logits", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of the logits at evaluation: policy, fp32, fp16, bf16 or a format name"),
     OPT("comm_dtype", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of gradient communication: policy, fp32, fp16, bf16 or a format name"),
     OPT("opt_state", MPX_OPT_STRING, "\"policy\"", NORANGE, "dtype of the optimizer state: policy, fp32, fp16, bf16 or a format name (fp8-e4m3, ...)"),
+    OPT("opt_state_sq", MPX_OPT_STRING, "\"policy\"", NORANGE,
+        "dtype of the optimizer state after the first buffer (Adam's exp_avg_sq): policy (as opt_state unless the policy says), fp32, fp16, bf16 or a format; fp16 and formats are kept with a per-tensor scale"),
     CHOICE("scaling", "\"policy\"", "policy|none|delayed|current|mx", "scaling of GEMM inputs in 8-bit formats"),
     OPT("amax_history_len", MPX_OPT_INT, "0", RANGE(0, 100000), "delayed scaling: amax window in steps; 0 = the policy's"),
     CHOICE("amax_compute_algo", "\"policy\"", "policy|max|most_recent", "delayed scaling: amax of the window"),

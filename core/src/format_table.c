@@ -118,6 +118,15 @@ void mpx_scaling_describe(const mpx_precision_desc *d, char *buf, size_t len)
     }
 }
 
+void mpx_opt_state_describe(const mpx_format_table *t, const mpx_precision_desc *d, char *buf, size_t len)
+{
+    mpx_dtype a = mpx_opt_state_dtype(d, 0), b = mpx_opt_state_dtype(d, 1);
+    int scaled = mpx_opt_state_scaled(a) || mpx_opt_state_scaled(b);
+    if (a == b) snprintf(buf, len, "%s%s", mpx_dtype_label(t, a), scaled ? " (per-tensor scaled)" : "");
+    else snprintf(buf, len, "%s, second moment %s%s", mpx_dtype_label(t, a), mpx_dtype_label(t, b),
+                  scaled ? " (per-tensor scaled)" : "");
+}
+
 void mpx_dtype_choices(const mpx_format_table *t, char *buf, size_t len)
 {
     size_t n = (size_t)snprintf(buf, len, "fp32, fp16, bf16");

@@ -36,6 +36,8 @@ void mpx_format_describe(const mpx_format *f, char *buf, size_t len);
 
 /* "delayed (amax_history_len 1024, amax_compute_algo max, margin 0)" */
 void mpx_scaling_describe(const mpx_precision_desc *d, char *buf, size_t len);
+/* "fp8-e4m3, second moment fp16 (per-tensor scaled)": the optimizer state's dtypes. */
+void mpx_opt_state_describe(const mpx_format_table *t, const mpx_precision_desc *d, char *buf, size_t len);
 
 /* "fp32, fp16, bf16, fp8-e4m3, ..." for error messages. */
 void mpx_dtype_choices(const mpx_format_table *t, char *buf, size_t len);

@@ -33,7 +33,7 @@ void mpx_memory_plan_make(const mpx_session *s, int n_state, mpx_memory_plan *p)
     if (d->master != MPX_DTYPE_NONE) add(p, MPX_ROLE_MASTER, 1, mpx_dtype_size(d->master), n);
     if (d->rounding == MPX_ROUND_KAHAN && d->master == MPX_DTYPE_NONE)
         add(p, MPX_ROLE_COMPENSATION, 1, mpx_dtype_size(d->weights), n);
-    if (n_state > 0) add(p, MPX_ROLE_OPT_STATE, (uint64_t)n_state, mpx_dtype_size(d->opt_state), n);
+    for (int i = 0; i < n_state; i++) add(p, MPX_ROLE_OPT_STATE, 1, mpx_dtype_size(mpx_opt_state_dtype(d, i)), n);
     /* the fp32 gradient copy (unless the grads or accumulator are it) and the update,
      * whole or one window each (update_window.h), and the initial fp32 weights' chunk on
      * the backend */

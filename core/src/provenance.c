@@ -77,6 +77,7 @@ json_t *mpx_provenance_precision(const mpx_precision_desc *d, const mpx_format_t
             "master_init", d->upstream & MPX_UPSTREAM_MASTER_FROM_WEIGHTS ? "weights" : "checkpoint",
             "optimizer_init_step", (d->upstream & MPX_UPSTREAM_OPT_INIT_STEP) != 0,
             "unscale_with", d->upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? "updated" : "used"));
+    json_object_set_new(o, "opt_state_sq", json_string(mpx_dtype_label(fmts, mpx_opt_state_dtype(d, 1))));
     json_object_set_new(o, "grad_gemm_in", json_string(mpx_dtype_label(fmts, mpx_grad_gemm_dtype(d))));
     json_object_set_new(o, "scaling", json_string(recipes[d->scaling & 3]));
     if (d->scaling == MPX_SCALING_DELAYED || d->scaling == MPX_SCALING_CURRENT)

@@ -164,10 +164,12 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
      * is 64 bytes either way), so the plugin's minor decides, then the declared size. */
     if (p->rec->desc.abi_minor < 1 || s->prec.size < offsetof(mpx_precision_desc, upstream) + sizeof s->prec.upstream)
         s->prec.upstream = 0;
-    if (p->rec->desc.abi_minor < 2 || s->prec.size < sizeof s->prec) {
-        size_t from = offsetof(mpx_precision_desc, grad_gemm_in);
-        memcpy((char *)&s->prec + from, (const char *)&defaults + from, sizeof s->prec - from);
+    if (p->rec->desc.abi_minor < 2 || s->prec.size < offsetof(mpx_precision_desc, opt_state_sq)) {
+        size_t from = offsetof(mpx_precision_desc, grad_gemm_in), to = offsetof(mpx_precision_desc, opt_state_sq);
+        memcpy((char *)&s->prec + from, (const char *)&defaults + from, to - from);
     }
+    /* ABI 1.6: a shorter descriptor keeps its second moment in opt_state's dtype */
+    if (p->rec->desc.abi_minor < 6 || s->prec.size < sizeof s->prec) s->prec.opt_state_sq = MPX_DTYPE_NONE;
     s->prec.size = sizeof s->prec;
     if (mpx_precision_apply_overrides(s->cfg, &s->fmts, &s->prec, err, errlen)) return -1;
     mpx_scaling_free(&s->scaling);
@@ -415,8 +417,20 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
         return -1;
     }
     for (int i = 0; i < s->n_state; i++) {
-        s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, sh * mpx_dtype_size(d->opt_state), "optimizer state", err, errlen), d->opt_state);
+        mpx_dtype t = mpx_opt_state_dtype(d, i);
+        s->state[i] = mpx_a(must_alloc(s, MPX_ROLE_OPT_STATE, sh * mpx_dtype_size(t), "optimizer state", err, errlen), t);
         if (!s->state[i].p) return -1;
+        if (!mpx_opt_state_scaled(t)) continue;
+        /* one scale per parameter tensor (MS-AMP's per-tensor ScalingTensor state), 1 at
+         * the start; host memory: only host-addressable optimizers take scaled state */
+        s->state_scale[i] = must_alloc(s, MPX_ROLE_OPT_STATE, s->n_params * sizeof(float), "optimizer state scales", err, errlen);
+        if (!s->state_scale[i]) return -1;
+        float *ones = malloc(s->n_params * sizeof *ones);
+        if (!ones) { snprintf(err, errlen, "out of memory"); return -1; }
+        for (size_t k = 0; k < s->n_params; k++) ones[k] = 1.0f;
+        int rc = s->ops->to_device(s->be, s->state_scale[i], ones, s->n_params * sizeof *ones);
+        free(ones);
+        if (rc) { snprintf(err, errlen, "setting the optimizer state scales failed"); return -1; }
     }
     /* the fp32 gradient and update the optimizer reads and writes (update_window.h) */
     if (mpx_update_plan_make(s, err, errlen)) return -1;

@@ -260,7 +260,7 @@ static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *er
                         .lr = lr, .step = update_no,
                         .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
-    for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
+    for (int i = 0; i < s->n_state; i++) { st.state[i] = s->state[i]; st.state_scale[i] = s->state_scale[i]; }
     if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
         mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
         return -1;
@@ -302,7 +302,7 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
-    for (int i = 0; i < s->n_state; i++) st.state[i] = s->state[i];
+    for (int i = 0; i < s->n_state; i++) { st.state[i] = s->state[i]; st.state_scale[i] = s->state_scale[i]; }
     if (s->ops->fill_zero(s->be, s->grad32, s->shard_len * sizeof(float))) {
         snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");
         return -1;

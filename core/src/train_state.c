@@ -21,16 +21,24 @@
 typedef struct state_buf {
     const char *name;
     mpx_arg a;
+    size_t numel;
 } state_buf;
+
+#define MAX_STATE_BUFS (3 + 2 * MPX_MAX_OPT_STATE)
 
 static size_t state_buffers(const mpx_session *s, state_buf *out)
 {
     static const char *const opt_names[MPX_MAX_OPT_STATE] = { "opt_state0", "opt_state1", "opt_state2", "opt_state3" };
+    static const char *const scale_names[MPX_MAX_OPT_STATE] = { "opt_state0_scale", "opt_state1_scale",
+                                                                "opt_state2_scale", "opt_state3_scale" };
     size_t n = 0;
-    out[n++] = (state_buf){ "weights", s->weights };
-    if (s->master.p) out[n++] = (state_buf){ "master", s->master };
-    if (s->comp.p) out[n++] = (state_buf){ "compensation", s->comp };
-    for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++) out[n++] = (state_buf){ opt_names[i], s->state[i] };
+    out[n++] = (state_buf){ "weights", s->weights, s->numel };
+    if (s->master.p) out[n++] = (state_buf){ "master", s->master, s->numel };
+    if (s->comp.p) out[n++] = (state_buf){ "compensation", s->comp, s->numel };
+    for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++) out[n++] = (state_buf){ opt_names[i], s->state[i], s->numel };
+    /* the per-tensor scales of fp16/format state (ABI 1.6): without them the codes mean nothing */
+    for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++)
+        if (s->state_scale[i]) out[n++] = (state_buf){ scale_names[i], mpx_a(s->state_scale[i], MPX_F32), s->n_params };
     return n;
 }
 
@@ -44,7 +52,11 @@ static size_t held_len(const mpx_session *s, const state_buf *b)
     return b->a.p == s->weights.p ? s->weights_len : s->shard_len;
 }
 
-static int sliced(const mpx_session *s, const state_buf *b) { return held_len(s, b) < s->numel_pad; }
+/* (the per-tensor scales of fp16/format optimizer state, n_params long, are whole) */
+static int sliced(const mpx_session *s, const state_buf *b)
+{
+    return b->numel == s->numel && held_len(s, b) < s->numel_pad;
+}
 
 /* The whole buffer: itself, or (collective) its slices all-gathered into *tmp, which the
  * caller gives back with release_tmp. */
@@ -197,6 +209,14 @@ void mpx_train_state_remove(const char *dir)
 static int write_buffers(mpx_session *s, const char *path, const state_buf *b, size_t n, json_t *layout,
                          char *err, size_t errlen)
 {
+    /* each rank scales its own part of a tensor's optimizer state (ABI 1.8): one file
+     * cannot hold them yet */
+    for (size_t i = 0; s->world > 1 && i < n; i++)
+        if (b[i].numel != s->numel) {
+            snprintf(err, errlen, "%s: a training-state checkpoint with ranks cannot hold per-tensor optimizer-state "
+                     "scales (precision.opt_state/opt_state_sq in fp16 or an 8-bit format) yet", path);
+            return -1;
+        }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd < 0) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); return -1; }
     char *host = malloc(CHUNK);
@@ -204,7 +224,7 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
     int rc = host ? 0 : -1;
     if (!host) snprintf(err, errlen, "out of memory staging %s", path);
     for (size_t i = 0; !rc && i < n; i++) {
-        size_t bytes = s->numel * mpx_dtype_size(b[i].a.t);
+        size_t bytes = b[i].numel * mpx_dtype_size(b[i].a.t);
         mpx_arg whole;
         void *tmp;
         if (whole_buffer(s, &b[i], &whole, &tmp)) {
@@ -223,7 +243,7 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
         }
         release_tmp(s, tmp);
         json_array_append_new(layout, json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", b[i].name,
-                                                "dtype", mpx_dtype_name(b[i].a.t), "numel", (json_int_t)s->numel,
+                                                "dtype", mpx_dtype_name(b[i].a.t), "numel", (json_int_t)b[i].numel,
                                                 "offset", (json_int_t)offset, "bytes", (json_int_t)bytes));
         offset += bytes;
     }
@@ -297,7 +317,7 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    state_buf b[3 + MPX_MAX_OPT_STATE];
+    state_buf b[MAX_STATE_BUFS];
     size_t n = state_buffers(s, b);
     json_t *layout = json_array();
     snprintf(path, sizeof path, "%s/state.bin", tmp);
@@ -326,7 +346,7 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
     remove_files_dir(old);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += (uint64_t)s->numel * mpx_dtype_size(b[i].a.t);
+    for (size_t i = 0; i < n; i++) bytes += (uint64_t)b[i].numel * mpx_dtype_size(b[i].a.t);
     json_object_set_new(rec->root, "train_state",
                         json_pack("{s:s, s:I, s:I, s:f}", "dir", fin, "step", (json_int_t)p->step, "bytes", (json_int_t)bytes,
                                   "seconds", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)));
@@ -415,7 +435,7 @@ static int load_diag(json_t *j, mpx_diagnostics *d)
 
 static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *err, size_t errlen)
 {
-    state_buf b[3 + MPX_MAX_OPT_STATE];
+    state_buf b[MAX_STATE_BUFS];
     size_t n = state_buffers(s, b);
     if (json_array_size(layout) != n) {
         snprintf(err, errlen, "%s: holds %zu buffers, this run has %zu (another precision policy or optimizer?)",
@@ -426,7 +446,7 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
     if (fd < 0) { snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno)); return -1; }
     struct stat sb;
     uint64_t expect = 0;
-    for (size_t i = 0; i < n; i++) expect += (uint64_t)s->numel * mpx_dtype_size(b[i].a.t);
+    for (size_t i = 0; i < n; i++) expect += (uint64_t)b[i].numel * mpx_dtype_size(b[i].a.t);
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != expect) {
         snprintf(err, errlen, "%s: %lld bytes, expected %llu (truncated or another model?)", path,
                  (long long)sb.st_size, (unsigned long long)expect);
@@ -444,16 +464,16 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
         int64_t numel = -1;
         get_int(e, "numel", &numel);
         if (!name || strcmp(name, b[i].name) || !dtype || strcmp(dtype, mpx_dtype_name(b[i].a.t)) ||
-            numel != (int64_t)s->numel) {
+            numel != (int64_t)b[i].numel) {
             snprintf(err, errlen, "%s: buffer %zu is %s (%s, %lld elements); this run's is %s (%s, %zu elements)", path, i,
-                     name ? name : "?", dtype ? dtype : "?", (long long)numel, b[i].name, mpx_dtype_name(b[i].a.t), s->numel);
+                     name ? name : "?", dtype ? dtype : "?", (long long)numel, b[i].name, mpx_dtype_name(b[i].a.t), b[i].numel);
             rc = -1;
             break;
         }
         /* the whole buffer, or this rank's slice of it (its padding past numel zeroed) */
         size_t es = mpx_dtype_size(b[i].a.t), lo = sliced(s, &b[i]) ? s->shard_begin : 0;
-        size_t hi = sliced(s, &b[i]) ? s->shard_begin + s->shard_len : s->numel;
-        if (hi > s->numel) hi = s->numel;
+        size_t hi = sliced(s, &b[i]) ? s->shard_begin + s->shard_len : b[i].numel;
+        if (hi > b[i].numel) hi = b[i].numel;
         if (lo > hi) lo = hi;
         size_t bytes = (hi - lo) * es;
         off_t at = (off_t)(file_off + lo * es);
@@ -472,7 +492,7 @@ static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *
             snprintf(err, errlen, "cannot zero the padding of the %s", b[i].name);
             rc = -1;
         }
-        file_off += (uint64_t)s->numel * es;
+        file_off += (uint64_t)b[i].numel * es;
     }
     free(host);
     close(fd);

@@ -29,8 +29,11 @@
  *  1.6  mpx_optimizer_vtable.flags (MPX_OPT_ELEMENTWISE: the host may run the update
  *       window by window, mpx/optimizer.h);
  *  1.7  mpx_model_vtable.set_weight_gather (optional, mpx/model.h): ZeRO-3's weights,
- *       gathered layer by layer just in time. */
-#define MPX_ABI_MINOR 7
+ *       gathered layer by layer just in time;
+ *  1.8  optimizer state in any format: mpx_precision_desc.opt_state_sq (the second
+ *       moment's dtype) and mpx_opt_step.state_scale (per-tensor state scales); the
+ *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs). */
+#define MPX_ABI_MINOR 8
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

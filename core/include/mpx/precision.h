@@ -61,7 +61,25 @@ typedef struct mpx_precision_desc {
     int32_t amax_history_len; /* delayed: window length (0 counts as 1) */
     mpx_amax_algo amax_algo;  /* delayed: max or most_recent */
     int32_t margin;           /* delayed/current: scale = (fmt_max / amax) / 2^margin */
+
+    /* ---- ABI 1.6 ---- */
+    /* dtype of the optimizer state buffers after the first (Adam's exp_avg_sq), e.g. fp16
+     * beside an fp8 exp_avg (MS-AMP O2). A policy's MPX_F32 (0, what a shorter descriptor
+     * reads) or MPX_DTYPE_NONE means "as opt_state"; the effective descriptor
+     * (host->precision) holds the resolved dtype, after precision.opt_state_sq. */
+    mpx_dtype opt_state_sq;
 } mpx_precision_desc;
+
+/* The dtype of optimizer state buffer i in the effective descriptor. */
+static inline mpx_dtype mpx_opt_state_dtype(const mpx_precision_desc *d, int i)
+{
+    if (i == 0 || d->size < offsetof(mpx_precision_desc, opt_state_sq) + sizeof d->opt_state_sq) return d->opt_state;
+    return d->opt_state_sq == MPX_DTYPE_NONE ? d->opt_state : d->opt_state_sq;
+}
+
+/* Optimizer state in fp16 or a format is kept with a per-tensor scale (MS-AMP's
+ * ScalingTensor state); fp32 and bf16 are stored as they are. */
+static inline int mpx_opt_state_scaled(mpx_dtype t) { return t == MPX_F16 || mpx_dtype_is_format(t); }
 
 /* DeepSpeed's FP16_Optimizer / BF16_Optimizer details (docs/PRECISION-POLICIES.md names
  * the upstream file and version of each). */

@@ -37,26 +37,76 @@ typedef struct adam_consts {
     float bc1, bc2, neg_lr;
 } adam_consts;
 
+/* What a pass over a chunk does: the plain path updates and stores in one pass; a
+ * scaled state (fp16 / format, MS-AMP O2) takes two, as MS-AMP's stage-1 and stage-2
+ * kernels do: the update and the new moments' amax first, then the same moments
+ * recomputed and stored with the scale that amax gives. */
+enum { PASS_UPDATE_STORE, PASS_UPDATE_AMAX, PASS_STORE };
+
+typedef struct adam_piece {
+    const optc_state *st;  /* [2]: exp_avg, exp_avg_sq */
+    float inv[2], scale[2]; /* 1 / the scale the moments were stored with; the scale to store with */
+    float amax[2];
+} adam_piece;
+
 static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s,
-                       float wd, size_t off, size_t n)
+                       float wd, size_t off, size_t n, adam_piece *ap, int pass)
 {
     float p[OPTC_CHUNK], m[OPTC_CHUNK], v[OPTC_CHUNK];
     const float *grad = s->grad + off;
     if (wd != 0.0f) optc_load(s->param, off, n, p);
-    optc_load(s->state[0], off, n, m);
-    optc_load(s->state[1], off, n, v);
+    optc_state_load(&ap->st[0], ap->inv[0], off, n, m);
+    optc_state_load(&ap->st[1], ap->inv[1], off, n, v);
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];
         if (!r->adam_w_mode && wd != 0.0f) g += wd * p[i];
         m[i] = r->b1 * m[i] + r->one_minus_b1 * g;
         v[i] = r->b2 * v[i] + r->one_minus_b2 * g * g;
+        if (pass == PASS_STORE) continue;
+        if (pass == PASS_UPDATE_AMAX) {
+            ap->amax[0] = fmaxf(ap->amax[0], fabsf(m[i]));
+            ap->amax[1] = fmaxf(ap->amax[1], fabsf(v[i]));
+        }
         float denom = sqrtf(v[i] / c->bc2) + r->eps;
         float u = (m[i] / c->bc1) / denom;
         if (r->adam_w_mode && wd != 0.0f) u += wd * p[i];
         s->update[off + i] = c->neg_lr * u;
     }
-    optc_store(m, s->state[0], off, n);
-    optc_store(v, s->state[1], off, n);
+    if (pass == PASS_UPDATE_AMAX) return;
+    optc_state_store(&ap->st[0], ap->scale[0], m, off, n);
+    optc_state_store(&ap->st[1], ap->scale[1], v, off, n);
+}
+
+static void adam_passes(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s, const mpx_piece *pc,
+                        adam_piece *ap, int pass)
+{
+    for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
+        size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
+        adam_chunk(r, c, s, pc->weight_decay, pc->offset + done, n, ap, pass);
+    }
+}
+
+/* One piece on host memory: the update, and its moments stored back. */
+static void adam_piece_step(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s, const mpx_piece *pc,
+                            const optc_state *st)
+{
+    adam_piece ap = { .st = st };
+    int scaled = 0;
+    for (int k = 0; k < 2; k++) {
+        float old = optc_state_scale(&st[k], pc->param);
+        ap.inv[k] = 1.0f / old;
+        ap.scale[k] = old;
+        scaled |= st[k].scales != NULL;
+    }
+    if (!scaled) { adam_passes(r, c, s, pc, &ap, PASS_UPDATE_STORE); return; }
+    adam_passes(r, c, s, pc, &ap, PASS_UPDATE_AMAX);
+    for (int k = 0; k < 2; k++) {
+        if (!st[k].scales) continue;
+        ap.scale[k] = optc_state_next_scale(&st[k], ap.amax[k], ap.scale[k]);
+    }
+    adam_passes(r, c, s, pc, &ap, PASS_STORE);
+    for (int k = 0; k < 2; k++)
+        if (st[k].scales) st[k].scales[pc->param] = ap.scale[k];
 }
 
 int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
@@ -67,7 +117,11 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
         return MPX_FAIL(env, "anyprecision = true runs on host memory only: the backend's fused_update has no "
                         "AnyPrecisionAdamW rule (use the cpu backend)");
     if (r->anyprecision) return adam_rule_step_anyprecision(r, env, s);
-    MPX_TRY(optc_check_step(env, s, 2));
+    optc_state st[2];
+    MPX_TRY(optc_check_step_scaled(env, s, 2, st));
+    if (dev.on && (st[0].scales || st[1].scales))
+        return MPX_FAIL(env, "optimizer state in fp16 or an 8-bit format runs on host memory only: the backend's "
+                        "fused_update has no scaled-state rule (use the cpu backend)");
     adam_consts c = {
         .bc1 = (float)optc_bias_correction(r->beta1, s->step, r->bias_correction),
         .bc2 = (float)optc_bias_correction(r->beta2, s->step, r->bias_correction),
@@ -83,10 +137,7 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
             MPX_TRY(env->host->apply_update(env, pc, s->update));
             continue;
         }
-        for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
-            size_t n = pc->len - done < OPTC_CHUNK ? pc->len - done : OPTC_CHUNK;
-            adam_chunk(r, &c, s, pc->weight_decay, pc->offset + done, n);
-        }
+        adam_piece_step(r, &c, s, pc, st);
         MPX_TRY(env->host->apply_update(env, pc, s->update));
     }
     return MPX_OK;

@@ -1,6 +1,7 @@
 #include "opt_common.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 void optc_load(mpx_arg a, size_t off, size_t n, float *dst)
@@ -49,8 +50,8 @@ int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state)
         if (!s->state[i].p)
             return MPX_FAIL(env, "state buffer %d missing", i);
         if (s->state[i].t != MPX_F32 && s->state[i].t != MPX_BF16)
-            return MPX_FAIL(env, "optimizer state dtype %s not supported (fp32 or bf16)",
-                            mpx_dtype_name(s->state[i].t));
+            return MPX_FAIL(env, "optimizer state dtype %s not supported (fp32 or bf16; fp16 and 8-bit "
+                            "formats are implemented in adam and adamw)", mpx_dtype_name(s->state[i].t));
     }
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *p = &s->pieces[k];
@@ -116,4 +117,84 @@ int optc_fused_run(mpx_env *env, const optc_device *d, mpx_fused_update *f, cons
     int rc = d->ops->fused_update(d->be, f);
     if (rc) return MPX_FAIL(env, "fused update of parameter %zu (%zu elements) failed", pc->param, pc->len);
     return MPX_OK;
+}
+
+/* ---- state in fp16 or any format ---- */
+
+int optc_check_step_scaled(mpx_env *env, const mpx_opt_step *s, int n_state, optc_state *st)
+{
+    int scaled = 0;
+    for (int i = 0; s && i < n_state; i++) scaled |= mpx_opt_state_scaled(s->state[i].t);
+    if (!scaled) {
+        MPX_TRY(optc_check_step(env, s, n_state));
+        for (int i = 0; i < n_state; i++) st[i] = (optc_state){ .a = s->state[i] };
+        return MPX_OK;
+    }
+    /* check the rest with fp32 state standing in for the scaled buffers */
+    mpx_opt_step t = *s;
+    for (int i = 0; i < n_state; i++)
+        if (mpx_opt_state_scaled(t.state[i].t)) t.state[i].t = MPX_F32;
+    MPX_TRY(optc_check_step(env, &t, n_state));
+    if (s->size < offsetof(mpx_opt_step, state_scale) + sizeof s->state_scale)
+        return MPX_FAIL(env, "optimizer state in %s needs per-tensor scales: the host is older than ABI 1.6",
+                        mpx_dtype_name(s->state[0].t));
+    for (int i = 0; i < n_state; i++) {
+        mpx_dtype d = s->state[i].t;
+        st[i] = (optc_state){ .a = s->state[i] };
+        if (!mpx_opt_state_scaled(d)) continue;
+        if (!s->state_scale[i]) return MPX_FAIL(env, "state buffer %d (%s) has no scales", i, mpx_dtype_name(d));
+        st[i].scales = s->state_scale[i];
+        if (d == MPX_F16) { st[i].fmt_max = 65504.0f; continue; }
+        st[i].fmt = env->host->format(env, d);
+        if (!st[i].fmt) return MPX_FAIL(env, "state buffer %d: dtype %d is no format of this run", i, (int)d);
+        st[i].fmt_max = mpx_fmt_max(st[i].fmt);
+    }
+    return MPX_OK;
+}
+
+float optc_state_scale(const optc_state *st, size_t param) { return st->scales ? st->scales[param] : 1.0f; }
+
+void optc_state_load(const optc_state *st, float inv_scale, size_t off, size_t n, float *dst)
+{
+    if (!st->scales) { optc_load(st->a, off, n, dst); return; }
+    if (st->fmt) {
+        const uint8_t *c1 = (const uint8_t *)st->a.p + off;
+        const uint16_t *c2 = (const uint16_t *)st->a.p + off;
+        int two = mpx_dtype_size(st->a.t) == 2;
+        for (size_t i = 0; i < n; i++) dst[i] = mpx_fmt_decode(st->fmt, two ? c2[i] : c1[i]) * inv_scale;
+        return;
+    }
+    const uint16_t *p = (const uint16_t *)st->a.p + off;
+    for (size_t i = 0; i < n; i++) dst[i] = mpx_f16_to_f32(p[i]) * inv_scale;
+}
+
+void optc_state_store(const optc_state *st, float scale, const float *src, size_t off, size_t n)
+{
+    if (!st->scales) { optc_store(src, st->a, off, n); return; }
+    if (st->fmt) {
+        int two = mpx_dtype_size(st->a.t) == 2;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t c = mpx_fmt_encode_sat(st->fmt, src[i] * scale);
+            if (two) ((uint16_t *)st->a.p)[off + i] = (uint16_t)c;
+            else ((uint8_t *)st->a.p)[off + i] = (uint8_t)c;
+        }
+        return;
+    }
+    uint16_t *p = (uint16_t *)st->a.p + off;
+    for (size_t i = 0; i < n; i++) p[i] = mpx_f32_to_f16(src[i] * scale);
+}
+
+float optc_state_next_scale(const optc_state *st, float amax, float old)
+{
+    if (!(amax > 0.0f) || !isfinite(amax)) return old;
+    /* floor(log2(fmt_max / amax)) exactly, from the fp32 ratio's exponent; kept inside
+     * fp32's normal range (MS-AMP's pow(2, exp) would give inf past it) */
+    int e;
+    float ratio = st->fmt_max / amax;
+    if (!isfinite(ratio)) return ldexpf(1.0f, 126);
+    (void)frexpf(ratio, &e);
+    e -= 1;
+    if (e > 126) e = 126;
+    if (e < -126) e = -126;
+    return ldexpf(1.0f, e);
 }

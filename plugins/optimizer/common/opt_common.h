@@ -25,6 +25,36 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
  * messages with the plugin's KIND/NAME.) */
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
 
+/* ---- state in fp16 or any format (ABI 1.6) ----
+ * MS-AMP O2's state storage (msamp/optim/adamw.py, LBAdamW.adamw_fn with adamw.cu):
+ * a buffer in fp16 or a format holds round(x * scale) with one power-of-two scale per
+ * tensor (mpx_opt_step.state_scale); it is read back as code * (1 / scale). After a
+ * step the scale is MS-AMP's ScalingMeta.compute_scaling_factor(amax, scale, fmt_max,
+ * margin 0) of the new values' amax: 2^floor(log2(fmt_max / amax)), the old scale kept
+ * when amax is 0 or not finite. fp32 and bf16 state is unscaled (scale 1). */
+typedef struct optc_state {
+    mpx_arg a;
+    const struct mpx_format *fmt; /* for a format dtype; NULL for fp32/bf16/fp16 */
+    float *scales;         /* per tensor, NULL when unscaled */
+    float fmt_max;         /* largest finite value of the storage */
+} optc_state;
+
+/* Like optc_check_step, also accepting fp16 and format state with its scales (for an
+ * optimizer that stores state through optc_state_*); fills st[0..n_state). */
+int optc_check_step_scaled(mpx_env *env, const mpx_opt_step *s, int n_state, optc_state *st);
+
+/* The scale piece `param` was stored with (1 when unscaled). */
+float optc_state_scale(const optc_state *st, size_t param);
+
+/* dst[0..n) = the values of st's elements [off, off + n) (code / scale). */
+void optc_state_load(const optc_state *st, float inv_scale, size_t off, size_t n, float *dst);
+
+/* st's elements [off, off + n) = src * scale, rounded to nearest even (saturating). */
+void optc_state_store(const optc_state *st, float scale, const float *src, size_t off, size_t n);
+
+/* MS-AMP's next scale for new values of largest magnitude amax. */
+float optc_state_next_scale(const optc_state *st, float amax, float old);
+
 /* ---- device memory (ABI 1.4) ----
  * A backend whose memory is not host-addressable (flags & MPX_OPS_DEVICE_MEMORY, the
  * cuda backend) runs each piece's rule through ops->fused_update, with the arithmetic of

@@ -2,7 +2,8 @@
  * every GEMM input of the forward pass in OCP E4M3 and of the backward pass in E5M2,
  * each tensor scaled by (fp8_max / amax) / 2^margin with amax taken over a window of
  * earlier steps (history length 1024 and algorithm "max" by default, as TE); fp32
- * master weights and Adam state. Storage (option `storage`): "fp8" keeps the weights
+ * master weights and Adam state (option `optimizer_state` = "ms-amp-o2": MS-AMP O2's
+ * E4M3 first moment and fp16 second moment, per-tensor scaled). Storage (option `storage`): "fp8" keeps the weights
  * and activations in E4M3 and the gradients in E5M2 (1 byte each, unscaled: the loss
  * scaler scales the gradients), with an fp32 gradient accumulator; "bf16" keeps them in
  * bf16 as TE does (only the GEMM inputs are fp8). Layernorm, softmax, loss and residual
@@ -18,18 +19,21 @@ static const mpx_option fp8_options[] = {
     { "amax_compute_algo", MPX_OPT_CHOICE, "\"max\"", MPX_NO_RANGE, "max|most_recent",
       "DelayedScaling.amax_compute_algo", 0 },
     { "margin", MPX_OPT_INT, "0", 0, 64, NULL, "DelayedScaling.margin: scale = (fp8_max / amax) / 2^margin", 0 },
+    { "optimizer_state", MPX_OPT_CHOICE, "\"fp32\"", MPX_NO_RANGE, "fp32|ms-amp-o2",
+      "fp32: Adam moments in fp32; ms-amp-o2: MS-AMP O2's, exp_avg in E4M3 and exp_avg_sq in fp16, each with a per-tensor scale", 0 },
     { "bf16_layers", MPX_OPT_CHOICE, "\"first_last\"", MPX_NO_RANGE, "first_last|none",
       "first_last: the first and last encoder layers and the output head compute their GEMMs in bf16", 0 },
 };
 
 static int fp8_describe(mpx_env *env, mpx_precision_desc *d)
 {
-    const char *storage = "fp8", *algo = "max";
+    const char *storage = "fp8", *algo = "max", *opt = "fp32";
     int64_t len = 1024, margin = 0;
     MPX_TRY(env->host->opt_string(env, "storage", &storage));
     MPX_TRY(env->host->opt_string(env, "amax_compute_algo", &algo));
     MPX_TRY(env->host->opt_int(env, "amax_history_len", &len));
     MPX_TRY(env->host->opt_int(env, "margin", &margin));
+    MPX_TRY(env->host->opt_string(env, "optimizer_state", &opt));
     int fp8 = strcmp(storage, "fp8") == 0;
     *d = mpx_policy_all(fp8 ? MPX_FP8_E4M3 : MPX_BF16);
     d->gemm_in = MPX_FP8_E4M3;
@@ -45,6 +49,10 @@ static int fp8_describe(mpx_env *env, mpx_precision_desc *d)
     d->amax_history_len = (int32_t)len;
     d->amax_algo = strcmp(algo, "most_recent") == 0 ? MPX_AMAX_MOST_RECENT : MPX_AMAX_MAX;
     d->margin = (int32_t)margin;
+    if (strcmp(opt, "ms-amp-o2") == 0) { /* msamp/__init__.py, opt_level O2 */
+        d->opt_state = MPX_FP8_E4M3;
+        d->opt_state_sq = MPX_F16;
+    }
     return MPX_OK;
 }
 
@@ -65,7 +73,7 @@ static const mpx_precision_vtable policy_vtable_ = {
 };
 
 static const mpx_plugin_desc policy_desc_ = {
-    MPX_DESC_HEADER, .kind = MPX_KIND_PRECISION, .name = "fp8-delayed", .version = "1.1.0",
+    MPX_DESC_HEADER, .kind = MPX_KIND_PRECISION, .name = "fp8-delayed", .version = "1.2.0",
     .summary = "Transformer Engine fp8 (HYBRID, delayed scaling): E4M3 forward / E5M2 backward GEMMs, "
                "bf16 first/last layers, fp32 master",
     .options = fp8_options, .n_options = MPX_COUNT(fp8_options), .vtable = &policy_vtable_,
