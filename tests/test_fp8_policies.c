@@ -170,3 +170,68 @@ Test(fp8, abi_1_0_policy_still_loads_and_trains, .timeout = 60)
     cr_expect_eq(bytes_per_param(j), 20.0);
     json_decref(j);
 }
+
+/* diagnostics.csv's 8-bit GEMM-input columns (appended after the 7 older ones), summed
+ * over the groups on the steps after the first: E4M3/E5M2 inputs rounded without a scale
+ * lose small values to zero and never exceed the formats' range here; with delayed
+ * scaling (scales from earlier amaxes, up to ~1e6) fewer flush, a few saturate when an
+ * amax grows, and the scale trace shows scales above 1. */
+typedef struct gemm_cols { double nonzero, saturated, flushed, scale_max; int rows; } gemm_cols;
+
+static gemm_cols gemm_columns(const char *scaling)
+{
+    char extra[512];
+    snprintf(extra, sizeof extra, "-s 'precision.plugin=\"fp8-delayed\"' -s 'precision.fp8-delayed.bf16_layers=\"none\"' "
+             "-s 'precision.scaling=\"%s\"' -s train.diagnostics=true -s train.log_every=3 -s train.max_steps=6", scaling);
+    char dir[] = "/tmp/mpx-fp8d-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "build/bin/mpx run configs/tiny_squad.cfg --out %s/run %s >%s/log 2>&1", dir, extra, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/run/diagnostics.csv", dir);
+    FILE *f = fopen(cmd, "r");
+    cr_assert_not_null(f);
+    char line[1024];
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_expect_str_eq(line, "step,group,grad_nonzero,underflow_frac,updated,stalled_frac,median_update_ratio,"
+                           "gemm_in_nonzero,gemm_saturated_frac,gemm_flushed_frac,scale_min,scale_max\n");
+    gemm_cols c = { 0 };
+    while (fgets(line, sizeof line, f)) {
+        /* the 8th to 12th fields */
+        const char *p = line;
+        for (int i = 0; i < 7 && p; i++) p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+        cr_assert_not_null(p, "short row: %s", line);
+        long long step = atoll(line);
+        double nz, sat, fl, smin, smax;
+        if (sscanf(p, "%lf,%lf,%lf,%lf,%lf", &nz, &sat, &fl, &smin, &smax) != 5) continue; /* no 8-bit GEMMs */
+        cr_expect(sat >= 0 && sat <= 1 && fl >= 0 && fl <= 1 && smin > 0 && smin <= smax, "%s", line);
+        if (step == 0) continue;
+        c.rows++;
+        c.nonzero += nz;
+        c.saturated += nz * sat;
+        c.flushed += nz * fl;
+        c.scale_max = fmax(c.scale_max, smax);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
+    return c;
+}
+
+Test(fp8, diagnostics_count_saturated_and_flushed_gemm_inputs_per_group, .timeout = 120)
+{
+    gemm_cols none = gemm_columns("none"), delayed = gemm_columns("delayed");
+    /* attention, ffn, head and the weight-less GEMMs, on steps 3 and 5 */
+    cr_expect_eq(none.rows, 8, "rows with 8-bit GEMM inputs: %d", none.rows);
+    cr_expect_eq(delayed.rows, 8);
+    cr_expect_gt(none.nonzero, 1e6);
+    cr_expect_gt(none.flushed, 100.0, "unscaled: %g flushed", none.flushed);
+    cr_expect_eq(none.saturated, 0.0);
+    cr_expect_eq(none.scale_max, 1.0);
+    cr_expect_lt(delayed.flushed, 0.1 * none.flushed, "delayed %g flushed, unscaled %g", delayed.flushed, none.flushed);
+    cr_expect_gt(delayed.saturated, 0.0);
+    cr_expect_gt(delayed.scale_max, 1000.0, "delayed scale trace max %g", delayed.scale_max);
+    cr_log_info("GEMM inputs on steps 3 and 5: unscaled %.0f of %.0f flushed, %.0f saturated; delayed %.0f flushed, "
+                "%.0f saturated, largest scale %g", none.flushed, none.nonzero, none.saturated, delayed.flushed,
+                delayed.saturated, delayed.scale_max);
+}

@@ -204,3 +204,53 @@ Test(per_tensor, current_and_delayed_scales_reach_the_gemm)
         th_env_free(r.env);
     }
 }
+
+/* What the GEMM reports of its inputs' rounding (ABI 1.6, for the diagnostics), against
+ * counts derived by hand from E4M3's limits: largest finite 448, smallest subnormal 2^-9
+ * (so 2^-10, a tie, rounds to even: 0). Without a recipe (scale 1): 1000 and -600
+ * saturate, 1e-5 and 2^-10 flush to zero, 3e-3 (a subnormal), 0.5 and 448 stay, the zero
+ * and the NaN are not counted as non-zero; B = I has k non-zero ones, none lost. With
+ * current scaling (448 / amax) nothing saturates and only what stays below 2^-10 after
+ * scaling flushes. */
+Test(stats, gemm_counts_saturated_and_flushed_inputs)
+{
+    const int m = 1, k = 10;
+    const float A[10] = { 1000.0f, -600.0f, 1e-5f, 0x1p-10f, 3e-3f, 0.5f, 448.0f, 0.0f, NAN, -0.25f };
+    float C[10];
+    for (int pass = 0; pass < 2; pass++) {
+        rig r = open_rig(pass ? MPX_SCALING_CURRENT : MPX_SCALING_NONE);
+        gemm_identity(&r, A, m, k, MPX_FP8_E4M3, C);
+        mpx_quant_stats a, b;
+        cr_assert_eq(th_last_gemm_stats(r.env, &a, &b), 1, "one report per GEMM");
+        cr_expect_eq(a.n, 10u);
+        cr_expect_eq(a.nonzero, 8u, "non-zero: %llu", (unsigned long long)a.nonzero);
+        cr_expect_eq(b.n, 100u);
+        cr_expect_eq(b.nonzero, 10u);
+        cr_expect_eq(b.saturated + b.flushed, 0u);
+        if (!pass) {
+            cr_expect_eq(a.saturated, 2u, "saturated: %llu", (unsigned long long)a.saturated);
+            cr_expect_eq(a.flushed, 2u, "flushed: %llu", (unsigned long long)a.flushed);
+            cr_expect_eq(a.scale, 1.0f);
+        } else {
+            /* the NaN makes amax NaN: current scaling then keeps scale 1 (mpx_current_scale) */
+            cr_expect_eq(a.scale, 1.0f, "scale %g", a.scale);
+            cr_expect_eq(a.saturated, 2u);
+        }
+        th_env_free(r.env);
+    }
+    /* current scaling without the NaN: scale 448 / 1000 = 0.448; 1000 -> 448 exactly at
+     * the limit (not above it), 1e-5 -> 4.5e-6 and 2^-10 -> 4.4e-4 flush, 3e-3 -> 1.3e-3
+     * rounds to 2^-9 (kept) */
+    float B[10];
+    memcpy(B, A, sizeof B);
+    B[8] = 0.125f;
+    rig r = open_rig(MPX_SCALING_CURRENT);
+    gemm_identity(&r, B, m, k, MPX_FP8_E4M3, C);
+    mpx_quant_stats a, b;
+    th_last_gemm_stats(r.env, &a, &b);
+    cr_expect_eq(a.nonzero, 9u);
+    cr_expect_eq(a.saturated, 0u, "saturated: %llu", (unsigned long long)a.saturated);
+    cr_expect_eq(a.flushed, 2u, "flushed: %llu", (unsigned long long)a.flushed);
+    cr_expect(fabsf(a.scale - 0.448f) < 1e-6f, "scale %g", a.scale);
+    th_env_free(r.env);
+}

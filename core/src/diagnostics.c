@@ -94,7 +94,9 @@ int mpx_diag_open(mpx_diagnostics *d, mpx_session *s, const char *dir, char *err
         snprintf(err, errlen, "diagnostics: cannot set up (%s)", d->csv ? "out of memory" : path);
         return -1;
     }
-    fprintf(d->csv, "step,group,grad_nonzero,underflow_frac,updated,stalled_frac,median_update_ratio\n");
+    /* columns are only ever appended (readers of older files find the first ones) */
+    fprintf(d->csv, "step,group,grad_nonzero,underflow_frac,updated,stalled_frac,median_update_ratio,"
+                    "gemm_in_nonzero,gemm_saturated_frac,gemm_flushed_frac,scale_min,scale_max\n");
     fflush(d->csv);
     return 0;
 }
@@ -109,6 +111,7 @@ int mpx_diag_begin_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int64_
         x->grad_nonzero = x->underflow = x->updated = x->stalled = 0;
         x->n_ratios = 0;
     }
+    mpx_session_gemm_in_reset(s);
     const mpx_model_vtable *mv = &s->inst[MPX_KIND_MODEL].rec->vt.model;
     if (s->grads.t == MPX_F32 || mv->size < offsetof(mpx_model_vtable, set_grads) + sizeof(void *) || !mv->set_grads)
         return 0;
@@ -232,6 +235,26 @@ int mpx_diag_piece_updates(mpx_diagnostics *d, mpx_session *s, const mpx_piece *
 
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : NAN; }
 
+static void field(FILE *f, double v)
+{
+    fputc(',', f);
+    if (!isnan(v)) fprintf(f, "%.6g", v);
+}
+
+/* The 8-bit GEMM-input columns of one row; all empty when the group had none. */
+static void gemm_in_fields(mpx_diagnostics *d, const struct mpx_gemm_in_group *q, int g)
+{
+    if (!q->n) { fputs(",,,,,", d->csv); return; }
+    fprintf(d->csv, ",%llu", (unsigned long long)q->nonzero);
+    double sat = frac(q->saturated, q->nonzero), fl = frac(q->flushed, q->nonzero);
+    field(d->csv, sat);
+    field(d->csv, fl);
+    field(d->csv, q->scale_min);
+    field(d->csv, q->scale_max);
+    mpx_diag_gemm *x = &d->gemm[g];
+    if (!isnan(sat)) { x->sum_saturated += sat; x->sum_flushed += fl; x->n_steps++; }
+}
+
 int mpx_diag_end_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int updated)
 {
     if (!d->active) return 0;
@@ -256,10 +279,17 @@ int mpx_diag_end_step(mpx_diagnostics *d, mpx_session *s, int64_t step, int upda
         if (!isnan(st)) fprintf(d->csv, "%.6g", st);
         fputc(',', d->csv);
         if (!isnan(med)) fprintf(d->csv, "%.6g", med);
+        gemm_in_fields(d, &s->gemm_in[g], g);
         fputc('\n', d->csv);
         if (!isnan(uf)) { x->sum_underflow += uf; x->n_steps_u++; }
         if (!isnan(st)) { x->sum_stalled += st; x->n_steps_s++; }
         if (!isnan(med)) { x->sum_ratio += med; x->n_steps_r++; }
+    }
+    /* GEMMs with no weight operand (attention's scores and context) */
+    if (s->gemm_in[MPX_GROUP_COUNT].n) {
+        fprintf(d->csv, "%lld,%s,,,,,", (long long)step, MPX_DIAG_NO_WEIGHT);
+        gemm_in_fields(d, &s->gemm_in[MPX_GROUP_COUNT], MPX_GROUP_COUNT);
+        fputc('\n', d->csv);
     }
     fflush(d->csv);
     d->active = 0;
@@ -273,13 +303,19 @@ void mpx_diag_summary(mpx_diagnostics *d, json_t *metrics)
 {
     if (!d->enabled) return;
     json_t *o = json_object();
-    for (int g = 0; g < MPX_GROUP_COUNT; g++) {
-        mpx_diag_group *x = &d->g[g];
-        if (!x->n_steps_u && !x->n_steps_s && !x->n_steps_r) continue;
-        json_object_set_new(o, mpx_group_name((mpx_group)g),
-                            json_pack("{s:o, s:o, s:o}", "underflow_frac", mean_or_null(x->sum_underflow, x->n_steps_u),
-                                      "stalled_frac", mean_or_null(x->sum_stalled, x->n_steps_s),
-                                      "median_update_ratio", mean_or_null(x->sum_ratio, x->n_steps_r)));
+    for (int g = 0; g <= MPX_GROUP_COUNT; g++) {
+        mpx_diag_group *x = g < MPX_GROUP_COUNT ? &d->g[g] : NULL;
+        const mpx_diag_gemm *q = &d->gemm[g];
+        if ((!x || (!x->n_steps_u && !x->n_steps_s && !x->n_steps_r)) && !q->n_steps) continue;
+        json_t *row = x ? json_pack("{s:o, s:o, s:o}", "underflow_frac", mean_or_null(x->sum_underflow, x->n_steps_u),
+                                    "stalled_frac", mean_or_null(x->sum_stalled, x->n_steps_s),
+                                    "median_update_ratio", mean_or_null(x->sum_ratio, x->n_steps_r))
+                        : json_object();
+        if (q->n_steps) {
+            json_object_set_new(row, "gemm_saturated_frac", mean_or_null(q->sum_saturated, q->n_steps));
+            json_object_set_new(row, "gemm_flushed_frac", mean_or_null(q->sum_flushed, q->n_steps));
+        }
+        json_object_set_new(o, g < MPX_GROUP_COUNT ? mpx_group_name((mpx_group)g) : MPX_DIAG_NO_WEIGHT, row);
     }
     json_object_set_new(metrics, "diagnostics", o);
     json_object_set_new(metrics, "diagnostics_seconds", json_real(d->seconds));

@@ -6,7 +6,16 @@
  *   stalled    of the weights whose update was non-zero, the fraction whose stored value
  *              (in the weights' dtype) did not change;
  *   median |update| / |weight| over the elements with a non-zero weight (a sample of
- *              at most 65,536 per group).
+ *              at most 65,536 per group);
+ *   GEMM inputs in an 8-bit format (ABI 1.6, host->gemm_input_stats): of the non-zero
+ *              elements of the inputs of the group's GEMMs — a GEMM belongs to the group
+ *              of its weight operand, forward and backward, both operands counted — the
+ *              fraction that saturated (scaled magnitude above the format's largest
+ *              finite value) and the fraction flushed to ±0, and the smallest and largest
+ *              per-tensor scale applied (the scale trace; empty for MX, whose scales are
+ *              per block). GEMMs without a weight operand (attention's scores and
+ *              context) make a row of their own, group "no_weight". Counted over every
+ *              micro-batch of the diagnostic step; empty when the group had none.
  * For the fp32 value of a 16-bit gradient the model writes that step's gradients into an
  * fp32 buffer (model set_grads), which the host then rounds into the real grads once —
  * as the backward would have, except that micro-batch accumulation and repeated
@@ -43,6 +52,13 @@ typedef struct mpx_diag_group {
     int64_t n_steps_u, n_steps_s, n_steps_r;
 } mpx_diag_group;
 
+#define MPX_DIAG_NO_WEIGHT "no_weight"
+
+typedef struct mpx_diag_gemm {
+    double sum_saturated, sum_flushed; /* over diagnostic steps, for the summary */
+    int64_t n_steps;
+} mpx_diag_gemm;
+
 typedef struct mpx_diagnostics {
     int enabled;
     int64_t every;
@@ -55,6 +71,7 @@ typedef struct mpx_diagnostics {
     float *h_a, *h_b, *h_c;  /* host chunks */
     uint8_t *group_of;       /* per parameter */
     mpx_diag_group g[MPX_GROUP_COUNT];
+    mpx_diag_gemm gemm[MPX_GROUP_COUNT + 1]; /* + the GEMMs without a weight operand */
     double seconds;          /* time spent on diagnostics */
 } mpx_diagnostics;
 

@@ -1,5 +1,6 @@
 /* The host table the core hands every plugin (mpx/abi.h: struct mpx_host). */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,56 @@ static int host_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, floa
     return MPX_OK;
 }
 
+/* The parameter group of a GEMM operand inside the weights buffer, else -1. */
+static int weight_group(const mpx_session *s, const void *p)
+{
+    const char *c = p;
+    size_t wsz = mpx_dtype_size(s->weights.t);
+    const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (!p || !s->weights.p || !wsz || !m->self || c < (const char *)s->weights.p ||
+        c >= (const char *)s->weights.p + s->numel * wsz)
+        return -1;
+    size_t el = (size_t)(c - (const char *)s->weights.p) / wsz;
+    for (size_t i = s->n_params; i-- > 0;)
+        if (s->offsets[i] <= el) {
+            mpx_group g = m->rec->vt.model.param(m->self, i)->group;
+            return (unsigned)g < MPX_GROUP_COUNT ? (int)g : MPX_GROUP_HEAD;
+        }
+    return -1;
+}
+
+static void add_quant(struct mpx_gemm_in_group *x, const mpx_quant_stats *q)
+{
+    x->n += q->n;
+    x->nonzero += q->nonzero;
+    x->saturated += q->saturated;
+    x->flushed += q->flushed;
+    if (!isfinite(q->scale)) return;
+    if (isnan(x->scale_min) || q->scale < x->scale_min) x->scale_min = q->scale;
+    if (isnan(x->scale_max) || q->scale > x->scale_max) x->scale_max = q->scale;
+}
+
+/* A GEMM's two 8-bit inputs go to the group of its weight operand (a layer's weight and
+ * the activation or gradient it meets); GEMMs of two activations (attention's scores and
+ * context) to the extra slot MPX_GROUP_COUNT. */
+static void host_gemm_input_stats(mpx_env *env, mpx_dtype t, const void *a, const mpx_quant_stats *sa,
+                                  const void *b, const mpx_quant_stats *sb)
+{
+    (void)t;
+    mpx_session *s = impl(env)->s;
+    int g = weight_group(s, a);
+    if (g < 0) g = weight_group(s, b);
+    struct mpx_gemm_in_group *x = &s->gemm_in[g < 0 ? MPX_GROUP_COUNT : g];
+    if (sa) add_quant(x, sa);
+    if (sb) add_quant(x, sb);
+}
+
+void mpx_session_gemm_in_reset(mpx_session *s)
+{
+    for (int g = 0; g <= MPX_GROUP_COUNT; g++)
+        s->gemm_in[g] = (struct mpx_gemm_in_group){ .scale_min = NAN, .scale_max = NAN };
+}
+
 /* The per-parameter GEMM dtypes: the descriptor's, then the policy's param_gemm hook. */
 int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen)
 {
@@ -282,5 +333,6 @@ const mpx_host mpx_core_host = {
     .format = host_format,
     .dtype_by_name = host_dtype_by_name,
     .tensor_scale = host_tensor_scale,
+    .gemm_input_stats = host_gemm_input_stats,
     .param_gemm_dtype = host_param_gemm_dtype,
 };

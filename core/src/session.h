@@ -46,6 +46,12 @@ struct mpx_session {
     mpx_precision_desc prec;
     mpx_format_table fmts;   /* built-in formats + the policy's (ABI 1.2) */
     mpx_scaling_state scaling; /* per-tensor scales of GEMM inputs (run state) */
+    /* 8-bit GEMM inputs per parameter group (+1: GEMMs with no weight operand), counted
+     * through host->gemm_input_stats since the diagnostics last reset them */
+    struct mpx_gemm_in_group {
+        uint64_t n, nonzero, saturated, flushed;
+        float scale_min, scale_max; /* of the per-tensor scales applied; NaN: none */
+    } gemm_in[MPX_GROUP_COUNT + 1];
     mpx_dtype *param_gemm;   /* [n_params][2] forward/backward GEMM dtypes (ABI 1.3), built on first use */
     uint64_t seed;
 
@@ -137,5 +143,7 @@ int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen);
 
 /* A name for the tensor at `p` (a parameter's name, or the buffer holding it). */
 void mpx_session_tensor_name(const mpx_session *s, const void *p, char *buf, size_t len);
+/* Zero the 8-bit GEMM-input counts (mpx_session.gemm_in). */
+void mpx_session_gemm_in_reset(mpx_session *s);
 
 #endif

@@ -25,6 +25,8 @@ typedef struct th_env_impl {
     mpx_scaling_state scaling;    /* the core's per-tensor scaling, for e->prec's recipe */
     struct th_env_impl *owner;    /* a backend's env: formats and scales are its owner's */
     mpx_env *benv;                /* the backend's env (th_use_cpu_backend), freed with this one */
+    mpx_quant_stats gemm_stats[2];/* the last gemm_input_stats call's, operands a and b */
+    int n_gemm_stats;             /* calls so far */
 } th_env_impl;
 
 static th_env_impl *impl(mpx_env *env) { return (th_env_impl *)env; }
@@ -193,6 +195,24 @@ static int th_tensor_scale(mpx_env *env, mpx_dtype t, const void *tensor, float 
 
 void th_scaling_end_step(mpx_env *env) { mpx_scaling_end_step(&impl(env)->scaling); }
 
+static void th_gemm_input_stats(mpx_env *env, mpx_dtype t, const void *a, const mpx_quant_stats *sa,
+                                const void *b, const mpx_quant_stats *sb)
+{
+    (void)t; (void)a; (void)b;
+    th_env_impl *e = owner(env);
+    e->gemm_stats[0] = sa ? *sa : (mpx_quant_stats){ 0 };
+    e->gemm_stats[1] = sb ? *sb : (mpx_quant_stats){ 0 };
+    e->n_gemm_stats++;
+}
+
+int th_last_gemm_stats(mpx_env *env, mpx_quant_stats *a, mpx_quant_stats *b)
+{
+    th_env_impl *e = owner(env);
+    *a = e->gemm_stats[0];
+    *b = e->gemm_stats[1];
+    return e->n_gemm_stats;
+}
+
 int th_declare_formats(mpx_env *env, const mpx_format *f, size_t n)
 {
     char err[512];
@@ -211,6 +231,7 @@ static const mpx_host th_host = {
     .precision = th_precision, .apply_update = th_apply_update,
     .allreduce_sum = th_allreduce_sum, .note = th_note_fn,
     .format = th_format, .dtype_by_name = th_dtype_by_name, .tensor_scale = th_tensor_scale,
+    .gemm_input_stats = th_gemm_input_stats,
 };
 
 mpx_precision_desc th_fp32_policy(void)

@@ -22,6 +22,10 @@ size_t th_bytes(mpx_env *env, mpx_role role);
 /* Load a plugin .so and return its descriptor (NULL with the reason in *why). */
 const mpx_plugin_desc *th_load(const char *path, const char **why);
 
+/* The counts the last GEMM with a format as compute dtype reported (host->gemm_input_stats,
+ * ABI 1.6) for its operands a and b; returns the number of such reports so far. */
+int th_last_gemm_stats(mpx_env *env, mpx_quant_stats *a, mpx_quant_stats *b);
+
 /* Make env use the CPU backend (build/plugins/backend-cpu.so) for host->ops and
  * host->alloc; returns 0 on success. */
 int th_use_cpu_backend(mpx_env *env, const char *backend_options);

@@ -167,6 +167,16 @@ struct mpx_precision_desc;  /* mpx/precision.h */
 struct mpx_piece;           /* mpx/optimizer.h */
 struct mpx_format;          /* mpx/formats.h */
 
+/* Rounding one tensor (scaled) to a format: its elements, the non-zero ones, those whose
+ * scaled magnitude exceeded the format's largest finite value (saturated to it,
+ * infinities included), those non-zero ones that rounded to +-0 (flushed), and the
+ * per-tensor scale applied (1 without a recipe; NaN for MX, whose scales are per block). */
+typedef struct mpx_quant_stats {
+    uint64_t n, nonzero, saturated, flushed;
+    float scale;
+} mpx_quant_stats;
+
+
 struct mpx_host {
     uint16_t abi_major, abi_minor;
     uint32_t size;
@@ -230,7 +240,16 @@ struct mpx_host {
      * the descriptor's gemm_in / backward GEMM dtype unless the policy's param_gemm hook
      * chose another for it (e.g. bf16 for the first and last layers of an fp8 run). */
     int (*param_gemm_dtype)(mpx_env *env, size_t param, int backward, mpx_dtype *out);
+
+    /* ---- ABI 1.6 ---- */
+    /* What rounding a GEMM's two inputs to format `t` did, for the diagnostics: for
+     * operand a and operand b (keys as for tensor_scale: the stored operand's first
+     * element), the counts in mpx_quant_stats. A backend calls it once per GEMM with a
+     * format as compute dtype, when the host's size covers it. */
+    void (*gemm_input_stats)(mpx_env *env, mpx_dtype t, const void *a, const mpx_quant_stats *sa,
+                             const void *b, const mpx_quant_stats *sb);
 };
+
 
 /* Sets the error with the caller's file and line and evaluates to MPX_ERR. */
 #define MPX_FAIL(env, ...) \

@@ -15,7 +15,8 @@
  * while this emulation accumulates in OpenBLAS's fp32 order; results agree to fp32
  * accumulation rounding, not bit for bit.
  * Operands are converted whole (all batch items), single-threaded; the multiply uses
- * the pool as the 16-bit path does. */
+ * the pool as the 16-bit path does. Each conversion is counted (non-zero, saturated,
+ * flushed to zero) and reported to the host (gemm_input_stats, ABI 1.6). */
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -48,17 +49,37 @@ static float amax_of(const float *x, size_t n)
     return m;
 }
 
-static void quantize_tensor(const mpx_format *f, const float *lut, float *x, size_t n, float s)
+/* One element rounded from its scaled value v (= x * s, or x / 2^X for MX) into q,
+ * counted into st (mpx_quant_stats). */
+static inline void count_quant(mpx_quant_stats *st, float x, float v, float q, float fmax)
 {
-    for (size_t i = 0; i < n; i++) x[i] = lut[mpx_fmt_encode_sat(f, x[i] * s)];
+    if (x == 0.0f || isnan(x)) return;
+    st->nonzero++;
+    if (fabsf(v) > fmax) st->saturated++;
+    else if (q == 0.0f) st->flushed++;
+}
+
+static void quantize_tensor(const mpx_format *f, const float *lut, float *x, size_t n, float s, mpx_quant_stats *st)
+{
+    const float fmax = mpx_fmt_max(f);
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] * s, q = lut[mpx_fmt_encode_sat(f, v)];
+        count_quant(st, x[i], v, q, fmax);
+        x[i] = q;
+    }
+    st->n += n;
+    st->scale = s;
 }
 
 /* MX blocks along K. `k_along_cols`: K runs along a stored row (contiguous), else down
  * a stored column (stride cols). */
 static void quantize_mx(const mpx_format *f, const float *lut, float *x, int batch, int rows, int cols,
-                        int k_along_cols)
+                        int k_along_cols, mpx_quant_stats *st)
 {
     const int emax = mpx_fmt_emax(f);
+    const float fmax = mpx_fmt_max(f);
+    st->n += (size_t)batch * rows * cols;
+    st->scale = NAN;
     const int lines = k_along_cols ? rows : cols, klen = k_along_cols ? cols : rows;
     const size_t step = k_along_cols ? 1 : (size_t)cols, line_step = k_along_cols ? (size_t)cols : 1;
     for (int b = 0; b < batch; b++) {
@@ -78,12 +99,17 @@ static void quantize_mx(const mpx_format *f, const float *lut, float *x, int bat
                 float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, emax));
                 float inv = 1.0f / scale;          /* 2^-X: exact, 2^-127 included */
                 if (isnan(scale)) {
-                    for (int k = k0; k < k1; k++) v[(size_t)k * step] = scale;
+                    for (int k = k0; k < k1; k++) {
+                        float *e = &v[(size_t)k * step];
+                        if (*e != 0.0f && !isnan(*e)) st->nonzero++;
+                        *e = scale;
+                    }
                     continue;
                 }
                 for (int k = k0; k < k1; k++) {
-                    float *e = &v[(size_t)k * step];
-                    *e = lut[mpx_fmt_encode_sat(f, *e * inv)] * scale;
+                    float *e = &v[(size_t)k * step], sc = *e * inv, q = lut[mpx_fmt_encode_sat(f, sc)];
+                    count_quant(st, *e, sc, q, fmax);
+                    *e = q * scale;
                 }
             }
         }
@@ -99,7 +125,7 @@ static mpx_scaling recipe_of(const cpu_be *be)
 
 /* Widen and quantize one operand; *inv_scale is 1/s for per-tensor recipes. */
 static int prepare(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe, int k_along_cols,
-                   float *dst, float *inv_scale)
+                   float *dst, float *inv_scale, mpx_quant_stats *st)
 {
     const mpx_format *f = cpu_fmt(be, t);
     const float *lut = be->lut[t - MPX_FORMAT_FIRST];
@@ -107,13 +133,13 @@ static int prepare(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe,
     widen(be, o, dst);
     *inv_scale = 1.0f;
     if (recipe == MPX_SCALING_MX) {
-        quantize_mx(f, lut, dst, o->batch, o->rows, o->cols, k_along_cols);
+        quantize_mx(f, lut, dst, o->batch, o->rows, o->cols, k_along_cols, st);
         return MPX_OK;
     }
     float s = 1.0f;
     if (recipe == MPX_SCALING_DELAYED || recipe == MPX_SCALING_CURRENT)
         MPX_TRY(be->env->host->tensor_scale(be->env, t, o->a.p, amax_of(dst, n), &s));
-    quantize_tensor(f, lut, dst, n, s);
+    quantize_tensor(f, lut, dst, n, s, st);
     *inv_scale = 1.0f / s;
     return MPX_OK;
 }
@@ -132,11 +158,16 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     float *B = A + na, *Cw = B + nb;
     float ia = 1.0f, ib = 1.0f;
     int rc = MPX_OK;
+    mpx_quant_stats qa = { 0 }, qb = { 0 };
     if (g->k > 0) {
-        rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia);
-        if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib);
+        rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia, &qa);
+        if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib, &qb);
     }
     if (rc) { free(A); return rc; }
+    /* what the rounding did, for the host's diagnostics (ABI 1.6) */
+    const mpx_host *h = be->env->host;
+    if (g->k > 0 && h->size >= offsetof(mpx_host, gemm_input_stats) + sizeof(void *) && h->gemm_input_stats)
+        h->gemm_input_stats(be->env, g->compute, g->a.p, &qa, g->b.p, &qb);
     mpx_gemm gg = *g;
     gg.alpha = g->alpha * ia * ib;
     for (int b = 0; b < g->batch && !rc; b++) {
