@@ -114,3 +114,67 @@ Test(plot, smooth_draws_the_trailing_mean)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/r -o %s/y.png --smooth 0 2>&1", dir, dir), 2);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* A run folder `name` under dir with 4 steps of metrics and the diagnostics.csv `diag`
+ * (NULL: none). */
+static void fake_run(const char *dir, const char *name, const char *diag)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", path), 0);
+    snprintf(path, sizeof path, "%s/%s/run.json", dir, name);
+    char json[256];
+    snprintf(json, sizeof json, "{\"status\": \"finished\", \"config\": {\"effective\": {\"run\": {\"name\": \"%s\"}}}}\n", name);
+    ts_write_file(path, json);
+    snprintf(path, sizeof path, "%s/%s/metrics.csv", dir, name);
+    ts_write_file(path, "step,loss,lr,grad_norm,loss_scale,skipped,tokens_per_s,elapsed_s\n"
+                        "0,4,0.1,1,1,0,1,1\n1,3,0.1,1,1,0,1,1\n2,2,0.1,1,1,0,1,1\n3,1,0.1,1,1,0,1,1\n");
+    if (!diag) return;
+    snprintf(path, sizeof path, "%s/%s/diagnostics.csv", dir, name);
+    ts_write_file(path, diag);
+}
+
+/* The scale-trace panel (diagnostics.csv's scale_min / scale_max, ABI 1.6): drawn when a
+ * run has the columns, one line per group with its values as written (a group without
+ * scales, e.g. MX's, and a torn last line left out); a run whose diagnostics.csv is older
+ * (7 columns) or absent adds no line, and alone gives the three panels as before. */
+Test(plot, scale_trace_panel_when_the_columns_exist)
+{
+    char *dir = ts_tmpdir("plot-scales"), path[PATH_MAX], out[4096];
+    fake_run(dir, "new", "step,group,grad_nonzero,underflow_frac,updated,stalled_frac,median_update_ratio,"
+                         "gemm_in_nonzero,gemm_saturated_frac,gemm_flushed_frac,scale_min,scale_max\n"
+                         "0,attention,10,0,10,0,0.1,100,0,0.5,1,1\n"
+                         "0,norm,10,0,10,0,0.1,,,,,\n"
+                         "2,attention,10,0,10,0,0.1,100,0.01,0,0.25,4096\n"
+                         "2,no_weight,,,,,,50,0,0,8,8\n"
+                         "3,attention,10,0,10,0,0.1,100,0,0,2,");   /* torn: no newline */
+    fake_run(dir, "old", "step,group,grad_nonzero,underflow_frac,updated,stalled_frac,median_update_ratio\n"
+                         "0,attention,10,0,10,0,0.1\n");
+    fake_run(dir, "none", NULL);
+    snprintf(path, sizeof path, "%s/fake-gnuplot", dir);
+    char script[2048];
+    snprintf(script, sizeof script, "#!/bin/sh\ncp \"$1\" %s/plot.gp\nd=$(grep -o \"/tmp/mpx-plot-[^/']*/scales.tsv\" \"$1\" | head -1)\n"
+             "[ -n \"$d\" ] && cp \"$d\" %s/scales.tsv\nprintf x > %s/x.png\n", dir, dir, dir);
+    ts_write_file(path, script);
+    cr_assert_eq(ts_sh(out, sizeof out, "chmod +x %s && MPX_GNUPLOT=%s build/bin/mpx plot %s/new %s/old %s/none -o %s/x.png 2>&1",
+                       path, path, dir, dir, dir, dir), 0, "%s", out);
+    snprintf(path, sizeof path, "%s/plot.gp", dir);
+    char *gp = ts_slurp(path, NULL);
+    cr_expect(strstr(gp, "set multiplot layout 4,1"), "no 4th panel:\n%s", gp);
+    cr_expect(strstr(gp, "GEMM-input scale"), "no scale panel label");
+    cr_expect(strstr(gp, "'new: attention'") && strstr(gp, "'new: no_weight'"), "line titles missing:\n%s", gp);
+    cr_expect(!strstr(gp, "'new: norm'") && !strstr(gp, "'old:") && !strstr(gp, "'none:"), "lines without scales:\n%s", gp);
+    free(gp);
+    snprintf(path, sizeof path, "%s/scales.tsv", dir);
+    char *tsv = ts_slurp(path, NULL);
+    cr_expect_str_eq(tsv, "# new: attention\n0\t1\t1\n2\t0.25\t4096\n\n\n# new: no_weight\n2\t8\t8\n\n\n");
+    free(tsv);
+    /* the older run alone: three panels, no scale data */
+    cr_assert_eq(ts_sh(out, sizeof out, "rm -f %s/scales.tsv && MPX_GNUPLOT=%s/fake-gnuplot build/bin/mpx plot %s/old -o %s/x.png 2>&1",
+                       dir, dir, dir, dir), 0, "%s", out);
+    snprintf(path, sizeof path, "%s/plot.gp", dir);
+    gp = ts_slurp(path, NULL);
+    cr_expect(strstr(gp, "set multiplot layout 3,1") && !strstr(gp, "scales.tsv"), "older run:\n%s", gp);
+    free(gp);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}

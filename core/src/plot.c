@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plot_scales.h"
 #include "sweep_read.h"
 
 static const char *const series[3] = { "loss", "loss_scale", "lr" };
@@ -27,6 +28,7 @@ typedef struct plot {
     curve *c;
     size_t n, cap;
     size_t smooth;      /* the loss is a trailing mean over this many steps (0, 1: raw) */
+    mpx_plot_scales scales; /* 8-bit GEMM-input scales per group (diagnostics.csv), a 4th panel */
 } plot;
 
 static int add_run(plot *p, const char *dir, char *err, size_t errlen)
@@ -45,6 +47,7 @@ static int add_run(plot *p, const char *dir, char *err, size_t errlen)
     mpx_run_label(dir, rec, c->label, sizeof c->label);
     json_decref(rec);
     if (mpx_run_column(dir, "loss", &c->step, &c->v[0], &c->n, err, errlen)) return -1;
+    if (mpx_plot_scales_add(&p->scales, dir, c->label, err, errlen)) return -1;
     for (int s = 1; s < 3; s++) {
         double *steps = NULL;
         size_t n = 0;
@@ -111,16 +114,6 @@ static int write_data(const plot *p, const char *path)
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* A gnuplot string literal in single quotes (only '' needs doubling). */
-static void quoted(FILE *f, const char *s)
-{
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'') fputc('\'', f);
-        fputc(*s, f);
-    }
-    fputc('\'', f);
-}
 
 static int has_data(const plot *p, int s, int *all_positive)
 {
@@ -154,26 +147,29 @@ static void write_panel(FILE *f, const plot *p, int s, const char *data)
     fputs("plot ", f);
     for (size_t r = 0; r < p->n; r++) {
         fprintf(f, "%s", r ? ", \\\n     " : "");
-        quoted(f, data);
+        mpx_gnuplot_quoted(f, data);
         fprintf(f, " index %zu using 1:%d with lines linetype %zu linewidth 1.5 title ", r, s + 2, r + 1);
-        quoted(f, p->c[r].label);
+        mpx_gnuplot_quoted(f, p->c[r].label);
     }
     fputc('\n', f);
 }
 
-static int write_script(const plot *p, const char *path, const char *data, const char *out, int png)
+static int write_script(const plot *p, const char *path, const char *data, const char *scales, const char *out,
+                        int png)
 {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    size_t h = 900 + (p->n > 12 ? 15 * (p->n - 12) : 0);
+    int panels = 3 + (p->scales.n > 0);
+    size_t h = (size_t)panels * 300 + (p->n > 12 ? 15 * (p->n - 12) : 0);
     if (png) fprintf(f, "set terminal pngcairo size 1000,%zu noenhanced font 'sans,10'\n", h);
     else fprintf(f, "set terminal svg size 1000,%zu noenhanced font 'sans,11' background rgb 'white'\n", h);
     fputs("set output ", f);
-    quoted(f, out);
+    mpx_gnuplot_quoted(f, out);
     fputs("\nset datafile missing 'NaN'\nset datafile separator '\\t'\nset grid\n"
           "set autoscale xfix\nset lmargin 12\nset rmargin 28\n", f);
-    fprintf(f, "set multiplot layout 3,1 title 'mpx: %zu run%s'\n", p->n, p->n == 1 ? "" : "s");
+    fprintf(f, "set multiplot layout %d,1 title 'mpx: %zu run%s'\n", panels, p->n, p->n == 1 ? "" : "s");
     for (int s = 0; s < 3; s++) write_panel(f, p, s, data);
+    if (p->scales.n) mpx_plot_scales_panel(f, &p->scales, scales);
     fputs("unset multiplot\nset output\n", f);
     return fclose(f) == 0 ? 0 : -1;
 }
@@ -230,6 +226,7 @@ static void free_plot(plot *p)
         for (int s = 0; s < 3; s++) free(p->c[r].v[s]);
     }
     free(p->c);
+    mpx_plot_scales_free(&p->scales);
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -269,7 +266,7 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t s
                  "or set MPX_GNUPLOT to its path", getenv("MPX_GNUPLOT") ? "$MPX_GNUPLOT is not executable" : "not on PATH");
         return -1;
     }
-    plot p = { NULL, 0, 0, 0 };
+    plot p = { 0 };
     int rc = 0;
     for (size_t i = 0; i < n_paths && !rc; i++) rc = add_path(&p, paths[i], err, errlen);
     if (!rc && !p.n) {
@@ -282,7 +279,7 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t s
             rc = -1;
         }
     p.smooth = smooth;
-    char tmp[] = "/tmp/mpx-plot-XXXXXX", data[64], script[64], log[64];
+    char tmp[] = "/tmp/mpx-plot-XXXXXX", data[64], script[64], log[64], scales[64];
     if (!rc && !mkdtemp(tmp)) {
         snprintf(err, errlen, "mkdtemp: %s", strerror(errno));
         rc = -1;
@@ -291,7 +288,9 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t s
         snprintf(data, sizeof data, "%s/curves.tsv", tmp);
         snprintf(script, sizeof script, "%s/plot.gp", tmp);
         snprintf(log, sizeof log, "%s/gnuplot.log", tmp);
-        if (write_data(&p, data) || write_script(&p, script, data, out, png)) {
+        snprintf(scales, sizeof scales, "%s/scales.tsv", tmp);
+        if (write_data(&p, data) || (p.scales.n && mpx_plot_scales_write(&p.scales, scales)) ||
+            write_script(&p, script, data, scales, out, png)) {
             snprintf(err, errlen, "cannot write the plot data in %s: %s", tmp, strerror(errno));
             rc = -1;
         }
@@ -299,6 +298,7 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t s
         unlink(data);
         unlink(script);
         unlink(log);
+        unlink(scales);
         rmdir(tmp);
     }
     struct stat st;

@@ -1,0 +1,38 @@
+/* mpx plot's scale-trace panel: the per-tensor scales applied to 8-bit GEMM inputs, per
+ * parameter group, from each run's diagnostics.csv (columns group, scale_min, scale_max,
+ * appended in ABI 1.6). A run whose file lacks those columns (older runs, or runs
+ * without diagnostics or 8-bit GEMMs) contributes nothing, and without any such run
+ * mpx plot draws its three panels as before. */
+#ifndef MPX_PLOT_SCALES_H
+#define MPX_PLOT_SCALES_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct mpx_scale_line {
+    char title[300];          /* "<run label>: <group>" */
+    double *step, *min, *max;
+    size_t n, cap;
+} mpx_scale_line;
+
+typedef struct mpx_plot_scales {
+    mpx_scale_line *l;
+    size_t n, cap;
+} mpx_plot_scales;
+
+/* Adds the lines of run folder `dir` (one per group with a scale). 0, or -1 with err
+ * (out of memory); a missing or older file is no error. */
+int mpx_plot_scales_add(mpx_plot_scales *ps, const char *dir, const char *label, char *err, size_t errlen);
+
+/* The data: one block per line (gnuplot index), rows "step<TAB>min<TAB>max". */
+int mpx_plot_scales_write(const mpx_plot_scales *ps, const char *path);
+
+/* The panel: the largest scale of each line solid, the smallest dashed, log2 y. */
+void mpx_plot_scales_panel(FILE *f, const mpx_plot_scales *ps, const char *data);
+
+void mpx_plot_scales_free(mpx_plot_scales *ps);
+
+/* A gnuplot string literal in single quotes (only '' needs doubling). */
+void mpx_gnuplot_quoted(FILE *f, const char *s);
+
+#endif
