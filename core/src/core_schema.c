@@ -70,7 +70,7 @@ static const mpx_option train_opts[] = {
     OPT("log_every", MPX_OPT_INT, "1", RANGE(1, INFINITY),
         "steps between run.json updates and diagnostics rows"),
     OPT("diagnostics", MPX_OPT_BOOL, "true", NORANGE,
-        "per-group underflow, stalled updates and update/weight ratios every log_every steps (diagnostics.csv)"),
+        "per-group underflow, stalled updates, update/weight ratios and 8-bit GEMM-input saturation, flushes and scales every log_every steps (diagnostics.csv)"),
     OPT("save_model", MPX_OPT_BOOL, "true", NORANGE, "save the trained weights in the run folder"),
     OPT("update_chunk", MPX_OPT_INT, "1048576", RANGE(0, INFINITY),
         "elements per optimizer update window: the fp32 gradient and update buffers hold one window, not the "
