@@ -81,8 +81,8 @@ int main(int argc, char **argv)
     const char *why = NULL;
     const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
     if (!d) { fprintf(stderr, "cannot load build/plugins/backend-cpu.so: %s\n", why); return 1; }
-    char opts[64];
-    snprintf(opts, sizeof opts, "threads = %d;", threads);
+    char opts[96];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\";", threads);
     mpx_env *env = th_env(opts, NULL, NULL);
     const mpx_backend_vtable *vt = d->vtable;
     void *be = NULL;

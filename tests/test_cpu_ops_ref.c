@@ -18,8 +18,8 @@ tb tb_open(int threads)
     cr_assert_not_null(d, "cannot load build/plugins/backend-cpu.so: %s", why ? why : "?");
     cr_assert_eq(d->kind, MPX_KIND_BACKEND);
     cr_assert_str_eq(d->name, "cpu");
-    char opts[64];
-    snprintf(opts, sizeof opts, "threads = %d;", threads);
+    char opts[96];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\";", threads);
     t.env = th_env(opts, NULL, NULL);
     t.vt = d->vtable;
     cr_assert_eq(t.vt->create(t.env, &t.be), 0, "create: %s", th_error(t.env));

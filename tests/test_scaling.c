@@ -11,6 +11,7 @@
  *    and delayed scaling against q(x * s) / s with the recipe's s. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,4 +254,84 @@ Test(stats, gemm_counts_saturated_and_flushed_inputs)
     cr_expect_eq(a.flushed, 2u, "flushed: %llu", (unsigned long long)a.flushed);
     cr_expect(fabsf(a.scale - 0.448f) < 1e-6f, "scale %g", a.scale);
     th_env_free(r.env);
+}
+
+/* ---- fp8_accumulate = "h100" / "h100-fast" (tests/fixtures/gemm/make_mmaemu_fixture.py) ----
+ * The accumulators mmaemu 0.1.0 computes for an H100 (profile hopper, split-K 1), bitwise:
+ * E4M3 and E5M2 operands decoded by mpx/formats.h, C = A B^T with alpha 1 in fp32, no
+ * scaling recipe (the values are fp8 values already). The default fp32 accumulation
+ * differs from the H100's on most outputs (a 13-bit truncation per 32-product block). */
+
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static void check_h100_mode(const char *mode, const char *key, int expect_equal)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file("tests/fixtures/gemm/mmaemu_h100.json", 0, &jerr);
+    cr_assert(root, "mmaemu_h100.json: %s", jerr.text);
+    mpx_precision_desc d = th_fp32_policy();
+    d.scaling = MPX_SCALING_NONE;
+    mpx_env *env = th_env(NULL, NULL, &d);
+    char opts[128];
+    snprintf(opts, sizeof opts, "threads = 1; fp8_accumulate = \"%s\";", mode);
+    cr_assert_eq(th_use_cpu_backend(env, opts), 0, "%s", th_error(env));
+    void *be;
+    const mpx_ops *ops = env->host->ops(env, &be);
+    size_t same = 0, total = 0;
+    json_t *cases = json_object_get(root, "cases");
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_t *c = json_array_get(cases, ci);
+        int m = (int)json_integer_value(json_object_get(c, "m")), n = (int)json_integer_value(json_object_get(c, "n"));
+        int k = (int)json_integer_value(json_object_get(c, "k"));
+        int e5 = !strcmp(json_string_value(json_object_get(c, "format")), "e5m2");
+        static const mpx_format e4m3 = MPX_FORMAT_FP8_E4M3, e5m2 = MPX_FORMAT_FP8_E5M2;
+        const mpx_format *f = e5 ? &e5m2 : &e4m3;
+        float *A = ops->alloc(be, (size_t)m * k * 4), *B = ops->alloc(be, (size_t)n * k * 4), *C = ops->alloc(be, (size_t)m * n * 4);
+        cr_assert(A && B && C);
+        for (int i = 0; i < m * k; i++) A[i] = mpx_fmt_decode(f, (uint32_t)json_integer_value(json_array_get(json_object_get(c, "a"), (size_t)i)));
+        for (int i = 0; i < n * k; i++) B[i] = mpx_fmt_decode(f, (uint32_t)json_integer_value(json_array_get(json_object_get(c, "b"), (size_t)i)));
+        mpx_gemm g = { .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f, .a = mpx_a(A, MPX_F32), .lda = k,
+                       .b = mpx_a(B, MPX_F32), .ldb = k, .trans_b = 1, .c = mpx_a(C, MPX_F32), .ldc = n, .batch = 1,
+                       .compute = e5 ? MPX_FP8_E5M2 : MPX_FP8_E4M3 };
+        cr_assert_eq(ops->gemm(be, &g), 0, "%s", th_error(env));
+        json_t *want = json_object_get(c, key);
+        for (int i = 0; i < m * n; i++) {
+            float w = bits_f32((uint32_t)json_integer_value(json_array_get(want, (size_t)i)));
+            if (expect_equal)
+                cr_assert(memcmp(&C[i], &w, 4) == 0, "%s %s (%s) output %d: %a, H100 per mmaemu %a", mode,
+                          json_string_value(json_object_get(c, "name")), key, i, C[i], w);
+            same += memcmp(&C[i], &w, 4) == 0;
+            total++;
+        }
+        ops->free(be, A);
+        ops->free(be, B);
+        ops->free(be, C);
+    }
+    if (!expect_equal)
+        cr_expect(same * 2 < total, "fp32 accumulation equals the H100's on %zu of %zu outputs", same, total);
+    cr_log_info("fp8_accumulate = %s against mmaemu's %s accumulators: %zu of %zu outputs bitwise equal", mode, key, same, total);
+    th_env_free(env);
+    json_decref(root);
+}
+
+Test(h100, slow_accumulation_matches_mmaemu_bitwise) { check_h100_mode("h100", "slow", 1); }
+Test(h100, fast_accumulation_matches_mmaemu_bitwise) { check_h100_mode("h100-fast", "fast", 1); }
+Test(h100, fp32_accumulation_is_not_the_h100s) { check_h100_mode("fp32", "slow", 0); }
+
+/* The mode refuses what an H100 has no fp8 GEMM for: MX block scales, 6- and 4-bit formats. */
+Test(h100, refuses_mx_and_other_formats)
+{
+    mpx_precision_desc d = th_fp32_policy();
+    d.scaling = MPX_SCALING_MX;
+    mpx_env *env = th_env(NULL, NULL, &d);
+    cr_assert_eq(th_use_cpu_backend(env, "threads = 1; fp8_accumulate = \"h100\";"), 0, "%s", th_error(env));
+    void *be;
+    const mpx_ops *ops = env->host->ops(env, &be);
+    float *x = ops->alloc(be, 64 * 4), *y = ops->alloc(be, 64 * 4);
+    cr_assert(x && y);
+    mpx_gemm g = { .m = 1, .n = 1, .k = 64, .alpha = 1.0f, .a = mpx_a(x, MPX_F32), .lda = 64, .b = mpx_a(x, MPX_F32),
+                   .ldb = 1, .c = mpx_a(y, MPX_F32), .ldc = 1, .batch = 1, .compute = MPX_FP8_E4M3 };
+    cr_expect_neq(ops->gemm(be, &g), 0);
+    cr_expect(strstr(th_error(th_backend_env(env)), "MX"), "%s", th_error(th_backend_env(env)));
+    th_env_free(env);
 }

@@ -271,7 +271,11 @@ static json_t *diag_json(const mpx_diagnostics *d)
         json_array_append_new(a, json_pack("[f, f, f, I, I, I]", x->sum_underflow, x->sum_stalled, x->sum_ratio,
                                            (json_int_t)x->n_steps_u, (json_int_t)x->n_steps_s, (json_int_t)x->n_steps_r));
     }
-    return json_pack("{s:o, s:f}", "groups", a, "seconds", d->seconds);
+    json_t *q = json_array();   /* 8-bit GEMM inputs per group (+ no_weight) */
+    for (int g = 0; g <= MPX_GROUP_COUNT; g++)
+        json_array_append_new(q, json_pack("[f, f, I]", d->gemm[g].sum_saturated, d->gemm[g].sum_flushed,
+                                           (json_int_t)d->gemm[g].n_steps));
+    return json_pack("{s:o, s:o, s:f}", "groups", a, "gemm_in", q, "seconds", d->seconds);
 }
 
 static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls, const mpx_diagnostics *diag,
@@ -428,6 +432,13 @@ static int load_diag(json_t *j, mpx_diagnostics *d)
         x->n_steps_u = u;
         x->n_steps_s = st;
         x->n_steps_r = r;
+    }
+    json_t *q = json_object_get(j, "gemm_in");   /* absent in checkpoints before ABI 1.6 */
+    for (int g = 0; q && g <= MPX_GROUP_COUNT; g++) {
+        json_int_t n;
+        if (json_unpack(json_array_get(q, (size_t)g), "[F, F, I]", &d->gemm[g].sum_saturated, &d->gemm[g].sum_flushed, &n))
+            return -1;
+        d->gemm[g].n_steps = n;
     }
     d->seconds = get_real(j, "seconds");
     return 0;

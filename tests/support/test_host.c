@@ -302,8 +302,17 @@ int th_use_backend(mpx_env *env, const char *path, const char *backend_options)
     const char *why = NULL;
     const mpx_plugin_desc *d = th_load(path, &why);
     if (!d) { snprintf(e->error, sizeof e->error, "cannot load %s: %s", path, why); return -1; }
-    /* The backend reads its own options through a separate env. */
-    mpx_env *benv = th_env(backend_options, NULL, &e->prec);
+    /* The backend reads its own options through a separate env, its schema's defaults
+     * filled in for the keys not given (as the core does). */
+    char opts[4096];
+    size_t len = (size_t)snprintf(opts, sizeof opts, "%s", backend_options ? backend_options : "");
+    for (size_t i = 0; i < d->n_options && len < sizeof opts; i++) {
+        char pat[128];
+        snprintf(pat, sizeof pat, "%s =", d->options[i].key);
+        if (!backend_options || !strstr(backend_options, pat))
+            len += (size_t)snprintf(opts + len, sizeof opts - len, " %s = %s;", d->options[i].key, d->options[i].def);
+    }
+    mpx_env *benv = th_env(opts, NULL, &e->prec);
     impl(benv)->owner = e;
     e->benv = benv;
     e->bv = d->vtable;

@@ -22,6 +22,10 @@
 static const mpx_option cpu_options[] = {
     { .key = "threads", .type = MPX_OPT_INT, .def = "0", .min = 0, .max = CPU_MAX_THREADS,
       .help = "threads for OpenBLAS and the backend's own ops; 0 = all available cores" },
+    { .key = "fp8_accumulate", .type = MPX_OPT_CHOICE, .def = "\"fp32\"", .choices = "fp32|h100|h100-fast",
+      .help = "accumulation of GEMMs on fp8 inputs: fp32 (OpenBLAS); h100: an H100's tensor cores as mmaemu 0.1.0 "
+              "models them (32-product blocks truncated to 13 bits, chains restarted every 128 of K and added in fp32: "
+              "torch._scaled_mm's default); h100-fast: one chain over K (use_fast_accum); single-threaded" },
 };
 
 static int available_cores(void)
@@ -58,6 +62,10 @@ static int cpu_create(mpx_env *env, void **out)
     }
     be->env = env;
     be->threads = threads ? (int)threads : available_cores();
+    const char *acc = "fp32";
+    if (env->host->opt_string(env, "fp8_accumulate", &acc) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
+    be->fp8_acc = !strcmp(acc, "h100") ? CPU_FP8_ACC_H100 : !strcmp(acc, "h100-fast") ? CPU_FP8_ACC_H100_FAST
+                                                                                     : CPU_FP8_ACC_FP32;
     be->has_f16c = cpu_detect_f16c();
     be->has_avx2_fma = cpu_detect_avx2_fma();
     be->has_avx2 = cpu_detect_avx2();

@@ -10,10 +10,11 @@
  *   - MX (OCP MX v1.0): each block of 32 consecutive elements along K shares the scale
  *     2^X, X = floor(log2(block amax)) - emax of the element format, stored as E8M0;
  *     elements are x / 2^X rounded (saturating) and multiplied back by 2^X (exact).
- * Where a real tensor core differs: it accumulates the K products in its own order and
- * with fewer bits than fp32 (Hopper's fp8 MMA keeps about 22 bits and adds in groups),
- * while this emulation accumulates in OpenBLAS's fp32 order; results agree to fp32
- * accumulation rounding, not bit for bit.
+ * Where a real tensor core differs: it accumulates the K products in blocks, truncating
+ * (an H100: 32 products aligned and cut to 13 fraction bits), while this emulation
+ * accumulates in OpenBLAS's fp32 order, unless the backend's fp8_accumulate option asks
+ * for the H100's arithmetic (cpu_gemm_h100.c, mmaemu's model, bit for bit on its
+ * fixture).
  * Operands are converted whole (all batch items), single-threaded; the multiply uses
  * the pool as the 16-bit path does. Each conversion is counted (non-zero, saturated,
  * flushed to zero) and reported to the host (gemm_input_stats, ABI 1.6). */
@@ -170,17 +171,30 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
         h->gemm_input_stats(be->env, g->compute, g->a.p, &qa, g->b.p, &qb);
     mpx_gemm gg = *g;
     gg.alpha = g->alpha * ia * ib;
+    int h100 = be->fp8_acc != CPU_FP8_ACC_FP32, emin = 0;
+    if (h100) {
+        const mpx_format *f = cpu_fmt(be, g->compute);
+        if (recipe == MPX_SCALING_MX || !f || f->storage_bytes != 1 || !((f->exp_bits == 4 && f->man_bits == 3) ||
+                                                                        (f->exp_bits == 5 && f->man_bits == 2))) {
+            free(A);
+            return CPU_FAIL(be, "cpu gemm: fp8_accumulate = \"%s\" models an H100's E4M3/E5M2 GEMMs with per-tensor "
+                            "scales; compute dtype %s%s has none", be->fp8_acc == CPU_FP8_ACC_H100 ? "h100" : "h100-fast",
+                            cpu_dtype_name(be, g->compute), recipe == MPX_SCALING_MX ? " with MX block scales" : "");
+        }
+        emin = 1 - f->bias;
+    }
+    int lda = sa.cols ? sa.cols : 1, ldb = sb.cols ? sb.cols : 1;
     for (int b = 0; b < g->batch && !rc; b++) {
         const float *Ab = A + (size_t)b * g->m * g->k, *Bb = B + (size_t)b * g->k * g->n;
         mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
-        if (g->c.t == MPX_F32) {
-            cpu_sgemm_pool(be, be->pool, &gg, Ab, sa.cols ? sa.cols : 1, Bb, sb.cols ? sb.cols : 1, cb.p, g->ldc);
-            continue;
-        }
-        if (g->beta != 0.0f)
+        float *out = g->c.t == MPX_F32 ? cb.p : Cw;
+        int ldo = g->c.t == MPX_F32 ? g->ldc : g->n;
+        if (g->c.t != MPX_F32 && g->beta != 0.0f)
             for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, Cw + (size_t)r * g->n);
-        cpu_sgemm_pool(be, be->pool, &gg, Ab, sa.cols ? sa.cols : 1, Bb, sb.cols ? sb.cols : 1, Cw, g->n);
-        for (int r = 0; r < g->m; r++) cpu_store(be, Cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
+        if (h100) cpu_gemm_h100(&gg, Ab, lda, Bb, ldb, out, ldo, emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
+        else cpu_sgemm_pool(be, be->pool, &gg, Ab, lda, Bb, ldb, out, ldo);
+        if (g->c.t != MPX_F32)
+            for (int r = 0; r < g->m; r++) cpu_store(be, Cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
     }
     free(A);
     return rc;

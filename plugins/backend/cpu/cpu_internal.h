@@ -49,7 +49,21 @@ typedef struct cpu_be {
      * table, filled by cpu_check_ on the calling thread before any op uses them */
     const mpx_format *fmt[MPX_FORMAT_END - MPX_FORMAT_FIRST];
     float *lut[MPX_FORMAT_END - MPX_FORMAT_FIRST];
+    int fp8_acc;           /* option fp8_accumulate: CPU_FP8_ACC_* */
 } cpu_be;
+
+/* How an 8-bit GEMM accumulates (option fp8_accumulate): fp32 (OpenBLAS), or an H100's
+ * tensor cores per mmaemu's model (cpu_gemm_h100.c), slow or fast accumulation. */
+enum { CPU_FP8_ACC_FP32 = 0, CPU_FP8_ACC_H100 = 1, CPU_FP8_ACC_H100_FAST = 2 };
+
+/* The H100 model of one dot product of k fp8 values a[l * sa] and b[l * sb] (formats with
+ * smallest normal exponents emin_a, emin_b), as an fp32 accumulator before alpha. */
+float cpu_h100_dot(const float *a, size_t sa, const float *b, size_t sb, int k, int emin_a, int emin_b, int fast);
+
+/* C = alpha * acc + beta * C over the compact stored operands A (row length lda) and B
+ * (ldb), as cblas_sgemm reads them with g's transposes, acc by cpu_h100_dot. */
+void cpu_gemm_h100(const mpx_gemm *g, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int emin,
+                   int fast);
 
 /* The format of dtype t (NULL for fp32/fp16/bf16) once cpu_check_ has seen it. */
 static inline const mpx_format *cpu_fmt(const cpu_be *be, mpx_dtype t)
