@@ -16,8 +16,18 @@ size_t mpx_staging_elems(const mpx_session *s, size_t n)
     return chunk > 0 && (uint64_t)chunk < n ? (size_t)chunk : n ? n : 1;
 }
 
+/* Optimizer state in fp16 or a format has one scale per tensor (ABI 1.7), which the
+ * optimizer sets from the amax over the whole piece: its update is then not elementwise. */
+static int scaled_state(const mpx_session *s)
+{
+    for (int i = 0; i < MPX_MAX_OPT_STATE; i++)
+        if (mpx_opt_state_scaled(mpx_opt_state_dtype(&s->prec, i))) return 1;
+    return 0;
+}
+
 /* The window size: train.update_chunk elements, when the optimizer allows it
- * (MPX_OPT_ELEMENTWISE, ABI 1.6) and it is below n; else n (one window, the whole). */
+ * (MPX_OPT_ELEMENTWISE, ABI 1.6; not with scaled state) and it is below n; else n (one
+ * window, the whole). */
 static size_t chunk_for(const mpx_session *s, size_t n)
 {
     size_t chunk = mpx_staging_elems(s, n);
@@ -25,7 +35,7 @@ static size_t chunk_for(const mpx_session *s, size_t n)
     const mpx_optimizer_vtable *vt = o->rec ? &o->rec->vt.optimizer : NULL;
     int elementwise = vt && o->rec->desc.abi_minor >= 6 &&
                       vt->size >= offsetof(mpx_optimizer_vtable, flags) + sizeof vt->flags &&
-                      (vt->flags & MPX_OPT_ELEMENTWISE);
+                      (vt->flags & MPX_OPT_ELEMENTWISE) && !scaled_state(s);
     return elementwise && chunk < n ? chunk : n;
 }
 
