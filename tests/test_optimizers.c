@@ -574,7 +574,7 @@ static void check_msamp_o2(const char *plugin)
 Test(adam, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adam"); }
 Test(adamw, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adamw"); }
 
-/* An 8-bit state without scales (a host older than ABI 1.7 would pass none) is refused. */
+/* An 8-bit state without scales (a host older than ABI 1.8 would pass none) is refused. */
 Test(adam, fp8_state_needs_scales)
 {
     fixture f = load_fixture();
@@ -591,7 +591,7 @@ Test(adam, fp8_state_needs_scales)
     cr_assert(strstr(th_error(r.env), "no scales"), "error: %s", th_error(r.env));
     s.size = offsetof(mpx_opt_step, state_scale);
     cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
-    cr_assert(strstr(th_error(r.env), "ABI 1.7"), "error: %s", th_error(r.env));
+    cr_assert(strstr(th_error(r.env), "ABI 1.8"), "error: %s", th_error(r.env));
     free(update);
     end_run(&r);
     free_fixture(&f);

@@ -134,7 +134,7 @@ static void fake_run(const char *dir, const char *name, const char *diag)
     ts_write_file(path, diag);
 }
 
-/* The scale-trace panel (diagnostics.csv's scale_min / scale_max, ABI 1.7): drawn when a
+/* The scale-trace panel (diagnostics.csv's scale_min / scale_max, ABI 1.8): drawn when a
  * run has the columns, one line per group with its values as written (a group without
  * scales, e.g. MX's, and a torn last line left out); a run whose diagnostics.csv is older
  * (7 columns) or absent adds no line, and alone gives the three panels as before. */

@@ -206,7 +206,7 @@ Test(per_tensor, current_and_delayed_scales_reach_the_gemm)
     }
 }
 
-/* What the GEMM reports of its inputs' rounding (ABI 1.7, for the diagnostics), against
+/* What the GEMM reports of its inputs' rounding (ABI 1.8, for the diagnostics), against
  * counts derived by hand from E4M3's limits: largest finite 448, smallest subnormal 2^-9
  * (so 2^-10, a tie, rounds to even: 0). Without a recipe (scale 1): 1000 and -600
  * saturate, 1e-5 and 2^-10 flush to zero, 3e-3 (a subnormal), 0.5 and 448 stay, the zero

@@ -7,7 +7,7 @@
  *              (in the weights' dtype) did not change;
  *   median |update| / |weight| over the elements with a non-zero weight (a sample of
  *              at most 65,536 per group);
- *   GEMM inputs in an 8-bit format (ABI 1.7, host->gemm_input_stats): of the non-zero
+ *   GEMM inputs in an 8-bit format (ABI 1.8, host->gemm_input_stats): of the non-zero
  *              elements of the inputs of the group's GEMMs — a GEMM belongs to the group
  *              of its weight operand, forward and backward, both operands counted — the
  *              fraction that saturated (scaled magnitude above the format's largest

@@ -1,6 +1,6 @@
 /* mpx plot's scale-trace panel: the per-tensor scales applied to 8-bit GEMM inputs, per
  * parameter group, from each run's diagnostics.csv (columns group, scale_min, scale_max,
- * appended in ABI 1.7). A run whose file lacks those columns (older runs, or runs
+ * appended in ABI 1.8). A run whose file lacks those columns (older runs, or runs
  * without diagnostics or 8-bit GEMMs) contributes nothing, and without any such run
  * mpx plot draws its three panels as before. */
 #ifndef MPX_PLOT_SCALES_H

@@ -109,7 +109,7 @@ int mpx_precision_apply_overrides(const mpx_config *cfg, const mpx_format_table 
     if (dtype_key(cfg, fmts, "precision.eval_logits", &d->eval_logits, err, errlen)) return -1;
     if (dtype_key(cfg, fmts, "precision.comm_dtype", &d->comm, err, errlen)) return -1;
     if (dtype_key(cfg, fmts, "precision.opt_state", &d->opt_state, err, errlen)) return -1;
-    /* the policy's "as opt_state" resolved after opt_state's own key (ABI 1.7) */
+    /* the policy's "as opt_state" resolved after opt_state's own key (ABI 1.8) */
     if (d->opt_state_sq == MPX_F32 || d->opt_state_sq == MPX_DTYPE_NONE) d->opt_state_sq = d->opt_state;
     if (dtype_key(cfg, fmts, "precision.opt_state_sq", &d->opt_state_sq, err, errlen)) return -1;
     scaling_keys(cfg, d);

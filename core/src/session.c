@@ -168,8 +168,8 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
         size_t from = offsetof(mpx_precision_desc, grad_gemm_in), to = offsetof(mpx_precision_desc, opt_state_sq);
         memcpy((char *)&s->prec + from, (const char *)&defaults + from, to - from);
     }
-    /* ABI 1.7: a shorter descriptor keeps its second moment in opt_state's dtype */
-    if (p->rec->desc.abi_minor < 7 || s->prec.size < sizeof s->prec) s->prec.opt_state_sq = MPX_DTYPE_NONE;
+    /* ABI 1.8: a shorter descriptor keeps its second moment in opt_state's dtype */
+    if (p->rec->desc.abi_minor < 8 || s->prec.size < sizeof s->prec) s->prec.opt_state_sq = MPX_DTYPE_NONE;
     s->prec.size = sizeof s->prec;
     if (mpx_precision_apply_overrides(s->cfg, &s->fmts, &s->prec, err, errlen)) return -1;
     mpx_scaling_free(&s->scaling);

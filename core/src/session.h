@@ -64,7 +64,7 @@ struct mpx_session {
     size_t *offsets;
     mpx_arg weights, grads, grad_acc, master, comp;
     mpx_arg state[MPX_MAX_OPT_STATE];
-    float *state_scale[MPX_MAX_OPT_STATE]; /* per-tensor scales of fp16/format state (ABI 1.7), else NULL */
+    float *state_scale[MPX_MAX_OPT_STATE]; /* per-tensor scales of fp16/format state (ABI 1.8), else NULL */
     int n_state;
     float *grad32, *update;  /* fp32 gradient (whole, or NULL: per window) and update (scratch) */
     mpx_piece *pieces;

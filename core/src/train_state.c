@@ -36,7 +36,7 @@ static size_t state_buffers(const mpx_session *s, state_buf *out)
     if (s->master.p) out[n++] = (state_buf){ "master", s->master, s->numel };
     if (s->comp.p) out[n++] = (state_buf){ "compensation", s->comp, s->numel };
     for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++) out[n++] = (state_buf){ opt_names[i], s->state[i], s->numel };
-    /* the per-tensor scales of fp16/format state (ABI 1.7): without them the codes mean nothing */
+    /* the per-tensor scales of fp16/format state (ABI 1.8): without them the codes mean nothing */
     for (int i = 0; i < s->n_state && i < MPX_MAX_OPT_STATE; i++)
         if (s->state_scale[i]) out[n++] = (state_buf){ scale_names[i], mpx_a(s->state_scale[i], MPX_F32), s->n_params };
     return n;
@@ -433,7 +433,7 @@ static int load_diag(json_t *j, mpx_diagnostics *d)
         x->n_steps_s = st;
         x->n_steps_r = r;
     }
-    json_t *q = json_object_get(j, "gemm_in");   /* absent in checkpoints before ABI 1.7 */
+    json_t *q = json_object_get(j, "gemm_in");   /* absent in checkpoints before ABI 1.8 */
     for (int g = 0; q && g <= MPX_GROUP_COUNT; g++) {
         json_int_t n;
         if (json_unpack(json_array_get(q, (size_t)g), "[F, F, I]", &d->gemm[g].sum_saturated, &d->gemm[g].sum_flushed, &n))

@@ -16,7 +16,7 @@ size_t mpx_staging_elems(const mpx_session *s, size_t n)
     return chunk > 0 && (uint64_t)chunk < n ? (size_t)chunk : n ? n : 1;
 }
 
-/* Optimizer state in fp16 or a format has one scale per tensor (ABI 1.7), which the
+/* Optimizer state in fp16 or a format has one scale per tensor (ABI 1.8), which the
  * optimizer sets from the amax over the whole piece: its update is then not elementwise. */
 static int scaled_state(const mpx_session *s)
 {

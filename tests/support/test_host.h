@@ -23,7 +23,7 @@ size_t th_bytes(mpx_env *env, mpx_role role);
 const mpx_plugin_desc *th_load(const char *path, const char **why);
 
 /* The counts the last GEMM with a format as compute dtype reported (host->gemm_input_stats,
- * ABI 1.7) for its operands a and b; returns the number of such reports so far. */
+ * ABI 1.8) for its operands a and b; returns the number of such reports so far. */
 int th_last_gemm_stats(mpx_env *env, mpx_quant_stats *a, mpx_quant_stats *b);
 
 /* Make env use the CPU backend (build/plugins/backend-cpu.so) for host->ops and

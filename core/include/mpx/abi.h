@@ -34,11 +34,6 @@
  *       moment's dtype) and mpx_opt_step.state_scale (per-tensor state scales); the
  *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs). */
 #define MPX_ABI_MINOR 8
- *  1.7  mpx_model_vtable.set_weight_gather (optional, mpx/model.h): ZeRO-3's weights,
- *       gathered layer by layer just in time;
- *  1.8  optimizer state in any format: mpx_precision_desc.opt_state_sq (the second
- *       moment's dtype) and mpx_opt_step.state_scale (per-tensor state scales); the
- *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs). */
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))
@@ -246,7 +241,7 @@ struct mpx_host {
      * chose another for it (e.g. bf16 for the first and last layers of an fp8 run). */
     int (*param_gemm_dtype)(mpx_env *env, size_t param, int backward, mpx_dtype *out);
 
-    /* ---- ABI 1.7 ---- */
+    /* ---- ABI 1.8 ---- */
     /* What rounding a GEMM's two inputs to format `t` did, for the diagnostics: for
      * operand a and operand b (keys as for tensor_scale: the stored operand's first
      * element), the counts in mpx_quant_stats. A backend calls it once per GEMM with a

@@ -32,7 +32,7 @@ typedef struct mpx_opt_step {
     const float *grad;     /* flat fp32 gradient: unscaled, clipped */
     mpx_arg state[MPX_MAX_OPT_STATE]; /* n_state buffers, in precision->opt_state dtype */
     float *update;         /* flat fp32 scratch the optimizer writes before apply_update */
-    /* ---- ABI 1.7 (read only when `size` covers it) ----
+    /* ---- ABI 1.8 (read only when `size` covers it) ----
      * For a state buffer in fp16 or a format (mpx_opt_state_scaled), one fp32 scale per
      * parameter tensor, indexed by mpx_piece.param: the buffer holds round(x * scale)
      * and x = value / scale. The optimizer sets the scale of each piece it stores (run

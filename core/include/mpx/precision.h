@@ -62,7 +62,7 @@ typedef struct mpx_precision_desc {
     mpx_amax_algo amax_algo;  /* delayed: max or most_recent */
     int32_t margin;           /* delayed/current: scale = (fmt_max / amax) / 2^margin */
 
-    /* ---- ABI 1.7 ---- */
+    /* ---- ABI 1.8 ---- */
     /* dtype of the optimizer state buffers after the first (Adam's exp_avg_sq), e.g. fp16
      * beside an fp8 exp_avg (MS-AMP O2). A policy's MPX_F32 (0, what a shorter descriptor
      * reads) or MPX_DTYPE_NONE means "as opt_state"; the effective descriptor

@@ -17,7 +17,7 @@
  * fixture).
  * Operands are converted whole (all batch items), single-threaded; the multiply uses
  * the pool as the 16-bit path does. Each conversion is counted (non-zero, saturated,
- * flushed to zero) and reported to the host (gemm_input_stats, ABI 1.7). */
+ * flushed to zero) and reported to the host (gemm_input_stats, ABI 1.8). */
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -165,7 +165,7 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
         if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib, &qb);
     }
     if (rc) { free(A); return rc; }
-    /* what the rounding did, for the host's diagnostics (ABI 1.7) */
+    /* what the rounding did, for the host's diagnostics (ABI 1.8) */
     const mpx_host *h = be->env->host;
     if (g->k > 0 && h->size >= offsetof(mpx_host, gemm_input_stats) + sizeof(void *) && h->gemm_input_stats)
         h->gemm_input_stats(be->env, g->compute, g->a.p, &qa, g->b.p, &qb);

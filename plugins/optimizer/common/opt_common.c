@@ -136,7 +136,7 @@ int optc_check_step_scaled(mpx_env *env, const mpx_opt_step *s, int n_state, opt
         if (mpx_opt_state_scaled(t.state[i].t)) t.state[i].t = MPX_F32;
     MPX_TRY(optc_check_step(env, &t, n_state));
     if (s->size < offsetof(mpx_opt_step, state_scale) + sizeof s->state_scale)
-        return MPX_FAIL(env, "optimizer state in %s needs per-tensor scales: the host is older than ABI 1.7",
+        return MPX_FAIL(env, "optimizer state in %s needs per-tensor scales: the host is older than ABI 1.8",
                         mpx_dtype_name(s->state[0].t));
     for (int i = 0; i < n_state; i++) {
         mpx_dtype d = s->state[i].t;

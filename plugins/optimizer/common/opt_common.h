@@ -25,7 +25,7 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
  * messages with the plugin's KIND/NAME.) */
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
 
-/* ---- state in fp16 or any format (ABI 1.7) ----
+/* ---- state in fp16 or any format (ABI 1.8) ----
  * MS-AMP O2's state storage (msamp/optim/adamw.py, LBAdamW.adamw_fn with adamw.cu):
  * a buffer in fp16 or a format holds round(x * scale) with one power-of-two scale per
  * tensor (mpx_opt_step.state_scale); it is read back as code * (1 / scale). After a
