@@ -117,6 +117,9 @@ void cpu_philox_words(const cpu_be *be, const mpx_rng *rng, uint64_t e0, size_t 
 void cpu_phi(const cpu_be *be, const float *x, float *out, size_t n);
 /* out[i] = exp(x[i]) (out may be x). */
 void cpu_exp(const cpu_be *be, const float *x, float *out, size_t n);
+/* out[i] = exp(x[i] - sub) (out may be x); returns their sum in 8 lanes (i % 8) over the
+ * full groups of 8, the tail into lane 0, combined ((0+4)+(1+5))+((2+6)+(3+7)). */
+float cpu_exp_sub_sum(const cpu_be *be, const float *x, float sub, float *out, size_t n);
 /* The CPU has AVX2 and FMA and glibc the vector functions (checked once at create). */
 int cpu_detect_avx2_fma(void);
 int cpu_detect_avx2(void);

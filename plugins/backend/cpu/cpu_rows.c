@@ -9,6 +9,9 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 /* Rows per piece handed to a thread (rows are cols-sized; a few hundred floats each). */
 #define CPU_ROW_GRAIN 8
@@ -96,14 +99,26 @@ static float row_dot(const float *x, const float *y, size_t n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* NaN elements are skipped, as `x > m ? x : m` does. */
+/* NaN elements are skipped, as `x > m ? x : m` does. SSE's maxps(x, m) is that select
+ * exactly (m when either is NaN or they are equal), so the lanes run in two registers
+ * (the compiler does not vectorise the select itself). */
 static float row_max(const float *x, size_t n)
 {
     float acc[LANES];
-    for (int k = 0; k < LANES; k++) acc[k] = -INFINITY;
     size_t c = 0;
+#if defined(__SSE__)
+    __m128 a0 = _mm_set1_ps(-INFINITY), a1 = a0;
+    for (; c + LANES <= n; c += LANES) {
+        a0 = _mm_max_ps(_mm_loadu_ps(x + c), a0);
+        a1 = _mm_max_ps(_mm_loadu_ps(x + c + 4), a1);
+    }
+    _mm_storeu_ps(acc, a0);
+    _mm_storeu_ps(acc + 4, a1);
+#else
+    for (int k = 0; k < LANES; k++) acc[k] = -INFINITY;
     for (; c + LANES <= n; c += LANES)
         for (int k = 0; k < LANES; k++) acc[k] = x[c + k] > acc[k] ? x[c + k] : acc[k];
+#endif
     for (; c < n; c++) acc[0] = x[c] > acc[0] ? x[c] : acc[0];
     float m = acc[0];
     for (int k = 1; k < LANES; k++) m = acc[k] > m ? acc[k] : m;
@@ -314,9 +329,7 @@ static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
         else
             for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
         float mx = row_max(r, n);
-        for (size_t c = 0; c < n; c++) r[c] -= mx;
-        cpu_exp(j->be, r, r, n);
-        float inv = 1.0f / row_sum(r, n);
+        float inv = 1.0f / cpu_exp_sub_sum(j->be, r, mx, r, n);   /* exp(r - mx), row_sum of it */
         for (size_t c = 0; c < n; c++) r[c] *= inv;
         row_done(j, r, j->y, i * n);
     }
