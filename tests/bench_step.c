@@ -3,8 +3,10 @@
  * bert-base's sizes, through a session and mpx_train_one_step: the code path `mpx run`
  * takes. Prints, per model: tokens/s, GFLOP/s over the step's GEMM FLOPs, the ratio to
  * OpenBLAS sgemm timed in the same process (the "ceiling"), peak RSS, counted memory by
- * role, the bf16-master/fp32 step-time ratio and, when PyTorch imports, the ratio to
- * PyTorch eager on the same step (tests/bench_step_torch.py, same threads).
+ * role, the bf16-master/fp32 step-time ratio (wall and CPU time: on shared cores the CPU
+ * seconds a step takes, all threads, move far less than its wall time) and, when PyTorch
+ * imports, the ratio to PyTorch eager on the same step (tests/bench_step_torch.py, same
+ * threads).
  *
  * GEMM FLOPs of a step = 6 x (forward GEMM multiply-adds): forward 2 FLOPs per MAC, and
  * backward twice forward (dX and dW for each linear; dP, dV, dQ, dK for attention).
@@ -12,8 +14,11 @@
  *              + layers x 2 x B x S^2 x hidden (QK^T and PV), T = B x S.
  *
  * Each case runs in a child process (its own peak RSS):
- *   bench_step [--steps N] [--no-torch] [--plugin-dir DIR] [-s KEY=VALUE]...   all + table
- *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--plugin-dir DIR] [-s KEY=VALUE]...
+ *   bench_step [--steps N] [--no-torch] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...   all + table
+ *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...
+ * --pad F masks the last F of every window (input_mask 0, token id 0), as a padded batch
+ * of real windows is (bench_padding: 24 % of a shuffled SQuAD batch's tokens at 384):
+ * the attention then softmaxes over masked positions. Default 0: every mask 1.
  * Run from the repository root (plugins from build/plugins unless --plugin-dir). */
 #define _GNU_SOURCE
 #include <cblas.h>
@@ -53,19 +58,24 @@ static int synth_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int
     return 0;
 }
 
+/* --pad: the fraction of each window that is padding */
+static double g_pad;
+
 static void synth_init(synth *d, int vocab)
 {
     uint32_t x = 12345;
+    const int valid = SEQ - (int)(g_pad * SEQ + 0.5);
     for (int i = 0; i < BATCH * SEQ; i++) {
         x = x * 1664525u + 1013904223u;
         d->ids[i] = 1000 + (int32_t)((x >> 8) % (uint32_t)(vocab - 1000));
         d->seg[i] = i % SEQ >= SEQ / 4;
-        d->mask[i] = 1;
+        d->mask[i] = i % SEQ < valid;
+        if (!d->mask[i]) d->ids[i] = d->seg[i] = 0;
     }
     for (int b = 0; b < BATCH; b++) {
         x = x * 1664525u + 1013904223u;
-        d->start[b] = (int32_t)((x >> 8) % SEQ);
-        d->end[b] = (int32_t)((x >> 16) % SEQ);
+        d->start[b] = (int32_t)((x >> 8) % (uint32_t)valid);
+        d->end[b] = (int32_t)((x >> 16) % (uint32_t)valid);
     }
     d->t[0] = (mpx_itensor){ "input_ids", d->ids, 2, { BATCH, SEQ } };
     d->t[1] = (mpx_itensor){ "segment_ids", d->seg, 2, { BATCH, SEQ } };
@@ -191,6 +201,15 @@ static int write_cfg(char *path, size_t len, const char *ckpt, const char *prec)
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
+/* CPU seconds of the whole process, every thread (user + system): beside the wall time,
+ * the work a step did; on shared cores it moves far less than the wall clock. */
+static double cpu_time(void)
+{
+    struct rusage r;
+    if (getrusage(RUSAGE_SELF, &r)) return NAN;
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
 /* One case in this process: prints human lines and one "result" line for the parent. */
 static int run_case(const char *name, const char *ckpt, const char *prec, int steps,
                     const char *plugin_dir, const char *const *ovr, size_t n_ovr)
@@ -219,19 +238,19 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     sscanf(bv->describe(s.be), "cpu: %d", &threads);
     ceiling ce;
     if (ceiling_open(&ce, threads)) { snprintf(err, sizeof err, "out of memory for the sgemm ceiling"); goto out; }
-    double times[MAX_STEPS], ceil_gf[MAX_STEPS], loss = 0;
+    double times[MAX_STEPS], cpu[MAX_STEPS], ceil_gf[MAX_STEPS], loss = 0;
     int skipped = 0;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     ceiling_run(&ce);   /* warm-up */
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
         if (i >= 0) ceil_gf[i] = ceiling_run(&ce);
         bench_profile_enable(i >= 0);
-        double t0 = now();
+        double t0 = now(), c0 = cpu_time();
         if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, NULL, &loss, &skipped, err, sizeof err)) {
             ceiling_close(&ce);
             goto out;
         }
-        if (i >= 0) times[i] = now() - t0;
+        if (i >= 0) times[i] = now() - t0, cpu[i] = cpu_time() - c0;
         bench_profile_enable(0);
     }
     ceiling_close(&ce);
@@ -273,7 +292,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     }
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
-    double step_s = median(times, steps), ceil = median(ceil_gf, steps);
+    double step_s = median(times, steps), ceil = median(ceil_gf, steps), cpu_s = median(cpu, steps);
     size_t core_scratch = mpx_update_buffer_bytes(&s);   /* the fp32 gradient and update (update_window.h) */
     size_t model_scratch = scratch_now - core_scratch;
     size_t persistent = 0;
@@ -281,7 +300,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     printf("  %s %s: %s; %zu parameters; step median %.3f s (min %.3f, %d steps), last loss %.9g%s\n",
            name, prec, bv->describe(s.be), s.numel, step_s, tmin, steps, loss, skipped ? " (skipped)" : "");
     printf("  of which model forward + backward %.3f s, the rest (overflow check, clip, optimizer, "
-           "write-back) %.3f s\n", model_s, step_s - model_s);
+           "write-back) %.3f s; CPU time a step (all threads) median %.3f s\n", model_s, step_s - model_s, cpu_s);
     double sum_s = 0;
     for (int i = 0; i < steps; i++) sum_s += times[i];
     bench_profile_print(steps, sum_s);
@@ -295,9 +314,9 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(scratch_peak),
            mib(model_scratch), mib(core_scratch));
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
-           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f\n",
+           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s, eval_s);
+           scratch_peak, persistent, model_s, eval_s, cpu_s);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
@@ -311,7 +330,7 @@ out:
 typedef struct result {
     char name[32], prec[32];
     int threads, ok;
-    double step_s, min_s, flop, ceiling, torch_s, model_s, eval_s, torch_eval_s;
+    double step_s, min_s, flop, ceiling, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
@@ -320,8 +339,8 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
                      int steps, const char *plugin_dir, char **ovr, int n_ovr, result *r)
 {
     char cmd[8192];
-    int n = snprintf(cmd, sizeof cmd, "'%s' --case %s '%s' %s %d --plugin-dir '%s'", self, name, ckpt,
-                     prec, steps, plugin_dir);
+    int n = snprintf(cmd, sizeof cmd, "'%s' --case %s '%s' %s %d --pad %.17g --plugin-dir '%s'", self, name, ckpt,
+                     prec, steps, g_pad, plugin_dir);
     for (int i = 0; i < n_ovr && n < (int)sizeof cmd; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " -s '%s'", ovr[i]);
     memset(r, 0, sizeof *r);
@@ -335,9 +354,9 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         if (strncmp(line, "result ", 7) != 0) { fputs(line, stdout); continue; }
         char nm[64], pr[64];
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
-                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf", nm, pr,
+                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf", nm, pr,
                    &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
-                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s) == 13)
+                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s) == 14)
             r->ok = 1;
     }
     int st = pclose(p);
@@ -347,31 +366,38 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
 /* PyTorch eager on the same step with one OpenMP wait policy ("" = PyTorch's default,
  * whose threads spin; "passive" sleeps, which other processes on the cores favour);
  * NaN when it cannot run. */
-static double torch_once(const char *config_json, int threads, int steps, const char *wait, int eval)
+static double torch_once(const char *config_json, int threads, int steps, const char *wait, int eval,
+                         double *cpu_s)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d%s 2>/dev/null",
-             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps, eval ? " --eval" : "");
+             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d --pad %.17g%s 2>/dev/null",
+             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps, g_pad, eval ? " --eval" : "");
     fflush(stdout);
     FILE *p = popen(cmd, "r");
     if (!p) return NAN;
     char line[512];
-    double t = NAN;
+    double t = NAN, v;
+    *cpu_s = NAN;
     while (fgets(line, sizeof line, p)) {
         printf("  %s%s", wait[0] ? "OMP_WAIT_POLICY=passive: " : "", line);
-        if (sscanf(line, eval ? "torch_eval_s %lf" : "torch_step_s %lf", &t) != 1) t = NAN;
+        if (sscanf(line, eval ? "torch_eval_s %lf" : "torch_step_s %lf", &v) == 1) t = v;
+        if (sscanf(line, eval ? "torch_eval_cpu_s %lf" : "torch_cpu_s %lf", &v) == 1) *cpu_s = v;
     }
-    return pclose(p) == 0 ? t : NAN;
+    if (pclose(p) != 0) t = *cpu_s = NAN;
+    return t;
 }
 
 /* The faster of the two policies: the comparison is against PyTorch at its best here.
- * eval: the evaluation forward under torch.inference_mode() instead of a training step. */
-static double torch_time(const char *config_json, int threads, int steps, int eval)
+ * eval: the evaluation forward under torch.inference_mode() instead of a training step.
+ * *cpu_s: the CPU seconds a step under the passive policy (spinning threads would count). */
+static double torch_time(const char *config_json, int threads, int steps, int eval, double *cpu_s)
 {
+    double unused;
+    *cpu_s = NAN;
     if (system("python3 -c 'import torch, transformers' >/dev/null 2>&1") != 0) return NAN;
-    double a = torch_once(config_json, threads, steps, "", eval),
-           b = torch_once(config_json, threads, steps, "passive", eval);
+    double a = torch_once(config_json, threads, steps, "", eval, &unused),
+           b = torch_once(config_json, threads, steps, "passive", eval, cpu_s);
     return isnan(a) ? b : isnan(b) ? a : a < b ? a : b;
 }
 
@@ -414,8 +440,8 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
     const char *precs[2] = { "fp32", "bf16-master" };
     result res[2][2];
     int rc = 0;
-    printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on; "
-           "load average %.2f\n", BATCH, SEQ, loadavg());
+    printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on, "
+           "%.0f %% of each window padding (--pad); load average %.2f\n", BATCH, SEQ, 100.0 * g_pad, loadavg());
     /* OpenBLAS picks its kernels when it loads; OPENBLAS_CORETYPE overrides the choice
      * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
     const char *core_env = getenv("OPENBLAS_CORETYPE");
@@ -432,11 +458,12 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
                 fprintf(stderr, "bench_step: case %s %s failed\n", models[m].name, precs[p]);
                 rc = 1;
             }
-            res[m][p].torch_s = res[m][p].torch_eval_s = NAN;
+            res[m][p].torch_s = res[m][p].torch_eval_s = res[m][p].torch_cpu_s = res[m][p].torch_eval_cpu_s = NAN;
         }
         if (with_torch && res[m][0].ok) {
-            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 0);
-            res[m][0].torch_eval_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 1);
+            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 0, &res[m][0].torch_cpu_s);
+            res[m][0].torch_eval_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 1,
+                                                &res[m][0].torch_eval_cpu_s);
         }
     }
     printf("\n%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
@@ -445,6 +472,17 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
     for (int m = 0; m < 2; m++)
         for (int p = 0; p < 2; p++)
             if (res[m][p].ok) print_row(&res[m][p]);
+    printf("\nCPU seconds a training step, every thread (on shared cores the steadier figure; torch under "
+           "OMP_WAIT_POLICY=passive, whose waiting threads sleep)\n");
+    printf("%-10s %-12s %3s %8s %9s %7s\n", "model", "precision", "thr", "cpu s", "torch cpu", "ratio");
+    for (int m = 0; m < 2; m++)
+        for (int p = 0; p < 2; p++) {
+            const result *r = &res[m][p];
+            if (!r->ok) continue;
+            printf("%-10s %-12s %3d %8.3f", r->name, r->prec, r->threads, r->cpu_s);
+            if (isnan(r->torch_cpu_s)) printf("         -       -\n");
+            else printf(" %9.3f %6.2fx\n", r->torch_cpu_s, r->torch_cpu_s / r->cpu_s);
+        }
     printf("\nevaluation forward (eval mode, no labels; mpx forward vs torch.inference_mode()), batch %d x %d\n",
            BATCH, SEQ);
     printf("%-10s %-12s %3s %8s %10s %8s %10s %7s\n", "model", "precision", "thr", "fwd s", "windows/s",
@@ -459,8 +497,9 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
         }
     for (int m = 0; m < 2; m++)
         if (res[m][0].ok && res[m][1].ok)
-            printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead)\n", models[m].name,
-                   res[m][1].step_s / res[m][0].step_s);
+            printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead); in CPU time a step %.2f "
+                   "(%.3f / %.3f s)\n", models[m].name, res[m][1].step_s / res[m][0].step_s,
+                   res[m][1].cpu_s / res[m][0].cpu_s, res[m][1].cpu_s, res[m][0].cpu_s);
     printf("load average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
            "sgemm = GFLOP/s of cblas_sgemm %dx3072x768 (OpenBLAS threads = thr) timed before each step; act = the model's counted scratch; "
@@ -480,12 +519,17 @@ int main(int argc, char **argv)
     for (int i = is_case ? 6 : 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-torch") == 0) with_torch = 0;
+        else if (strcmp(argv[i], "--pad") == 0 && i + 1 < argc) g_pad = atof(argv[++i]);
         else if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc) plugin_dir = argv[++i];
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc && n_ovr < MAX_OVR) ovr[n_ovr++] = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
+            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
             return 2;
         }
+    }
+    if (!(g_pad >= 0.0 && g_pad <= 0.9)) {
+        fprintf(stderr, "bench_step: --pad %g must be in [0, 0.9]\n", g_pad);
+        return 2;
     }
     if (is_case)
         return run_case(argv[2], argv[3], argv[4], atoi(argv[5]), plugin_dir, (const char *const *)ovr, (size_t)n_ovr);
