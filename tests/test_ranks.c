@@ -342,9 +342,13 @@ Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120)
                    "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
                    ">%s/log 2>&1 & pid=$!; "
                    "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
-                   "kill -TERM $pid; wait $pid; echo \"exit $?\"; sleep 1; "
+                   "kill -TERM $pid; wait $pid; echo \"exit $?\"; "
+                   /* the ranks end after mpirun: give them 30 s (under the sanitizer suite
+                    * each one's exit-time leak check takes seconds), then look */
+                   "for i in $(seq 300); do pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null "
+                   "|| break; sleep 0.1; done; "
                    "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
-                   dir, dir, dir, dir);
+                   dir, dir, dir, dir, dir);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "exit 143"), "mpx run did not end on the signal: %s", out);
     cr_expect(strstr(out, "none"), "a rank outlived the launch: %s", out);
