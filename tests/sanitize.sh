@@ -54,5 +54,16 @@ fi
 rc=0
 bash tests/run-tests.sh $(grep -v '/test_ranks$' build/tests.list) || rc=1
 ranks=$(grep '/test_ranks$' build/tests.list || true)
-if [ -n "$ranks" ]; then RUN_TESTS_JOBS=1 bash tests/run-tests.sh $ranks || rc=1; fi
+# Leak checking in the ranks is off by default: LeakSanitizer's own tracer sometimes
+# crashes at a rank's exit ("Tracer caught signal 11 ... LeakSanitizer has encountered a
+# fatal error", with OpenMPI's progress threads alive), failing a test that is fine. ASan
+# and UBSan stay on. SAN_RANK_LEAKS=1 turns leak checking on there too (the wrapper and
+# suppressions above make it meaningful).
+if [ -n "$ranks" ]; then
+    if [ "${SAN_RANK_LEAKS:-0}" = 1 ]; then RUN_TESTS_JOBS=1 bash tests/run-tests.sh $ranks || rc=1
+    else
+        echo "test_ranks under ASan + UBSan, leak checking off (SAN_RANK_LEAKS=1 turns it on):"
+        ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=0 RUN_TESTS_JOBS=1 bash tests/run-tests.sh $ranks || rc=1
+    fi
+fi
 exit $rc
