@@ -18,6 +18,9 @@ typedef struct locate {
     int found;
     char what[1536];         /* the first op whose output is non-finite */
     json_t *j;               /* the same as data */
+    /* what the step's first run advanced, put back at the end so that it counts once */
+    mpx_scaling_mark scaling;
+    struct mpx_gemm_in_group gemm_in[MPX_GROUP_COUNT + 1];
 } locate;
 
 static locate *active; /* set only while a pass runs (nonfinite.h) */
@@ -347,6 +350,12 @@ int mpx_nonfinite_begin(mpx_session *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (mpx_scaling_mark_save(&s->scaling, &L->scaling)) {
+        free(L);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(L->gemm_in, s->gemm_in, sizeof L->gemm_in);
     L->s = s;
     L->real = *s->ops_own;
     mpx_ops *o = s->ops_own;
@@ -385,6 +394,8 @@ void mpx_nonfinite_end(mpx_session *s, int64_t step, double loss, json_t *metric
     if (!L) return;
     *s->ops_own = L->real;
     active = NULL;
+    mpx_scaling_mark_restore(&s->scaling, &L->scaling);
+    memcpy(s->gemm_in, L->gemm_in, sizeof s->gemm_in);
     char weights[400] = "";
     bad_weights(s, weights, sizeof weights);
     char loss_txt[64];

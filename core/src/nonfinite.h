@@ -8,7 +8,11 @@
  * the first op whose output holds a NaN or inf is named — forward or backward, its index
  * in that pass, its output shape and dtype, the parameter it reads or whose gradient it
  * writes (or, for ops on activations only, the last parameter read before it), plus any
- * weights already non-finite before the step.
+ * weights already non-finite before the step. What running the step advances (the
+ * delayed-scaling use counts and amax slot, the 8-bit GEMM-input counts) is put back as
+ * the step's first run left it, so the step counts once; the loop writes that step's
+ * diagnostics row before the pass, and stops before the loss scaler, the optimizer and
+ * the scaling update see the step.
  *
  * The checking wrappers go into the session's own copy of the backend's op table (which
  * the model binds to) only for the locate pass; slots they do not know keep the
@@ -32,7 +36,7 @@ int mpx_nonfinite_begin(mpx_session *s, char *err, size_t errlen);
 /* The loop says where it is: before each micro-batch's forward (backward = 0) and before
  * its backward (1). Nothing when no pass runs. */
 void mpx_nonfinite_phase(int backward);
-/* End the pass (the backend's functions back) and write what it found into err
+/* End the pass (the backend's functions and the step's counts back) and write what it found into err
  * ("step N: non-finite in ...") and metrics.nonfinite; `loss` is the step's loss. */
 void mpx_nonfinite_end(mpx_session *s, int64_t step, double loss, json_t *metrics, char *err, size_t errlen);
 

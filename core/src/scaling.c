@@ -103,6 +103,38 @@ int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, con
     return 0;
 }
 
+int mpx_scaling_mark_save(const mpx_scaling_state *st, mpx_scaling_mark *m)
+{
+    m->n = st->n;
+    m->uses = malloc((st->n ? st->n : 1) * sizeof *m->uses);
+    m->amax = malloc((st->n ? st->n : 1) * sizeof *m->amax);
+    if (!m->uses || !m->amax) {
+        free(m->uses);
+        free(m->amax);
+        m->uses = NULL;
+        m->amax = NULL;
+        return -1;
+    }
+    for (size_t i = 0; i < st->n; i++) {
+        m->uses[i] = st->e[i].uses;
+        m->amax[i] = st->e[i].hist[0];
+    }
+    return 0;
+}
+
+void mpx_scaling_mark_restore(mpx_scaling_state *st, mpx_scaling_mark *m)
+{
+    for (size_t i = 0; i < m->n && i < st->n; i++) {
+        st->e[i].uses = m->uses[i];
+        st->e[i].hist[0] = m->amax[i];
+    }
+    for (size_t i = m->n; i < st->n; i++) free(st->e[i].hist);
+    if (st->n > m->n) st->n = m->n;
+    free(m->uses);
+    free(m->amax);
+    memset(m, 0, sizeof *m);
+}
+
 /* JSON has no NaN or inf: those become null. */
 static json_t *num(float x) { return isfinite(x) ? json_real(x) : json_null(); }
 

@@ -63,6 +63,18 @@ int mpx_scaling_get(mpx_scaling_state *st, mpx_dtype t, const mpx_format *f, con
 /* After each optimizer step (taken or skipped): delayed histories roll, scales update. */
 void mpx_scaling_end_step(mpx_scaling_state *st);
 
+/* What running a step advances (each tensor's use count and the amax slot the step
+ * fills), saved before a step's forward and backward are run a second time and put back
+ * after, so that the step counts once (nonfinite.c's locate pass). Save returns -1 out of
+ * memory; restore also drops the entries made since and frees the mark. */
+typedef struct mpx_scaling_mark {
+    size_t n;
+    int64_t *uses;
+    float *amax;
+} mpx_scaling_mark;
+int mpx_scaling_mark_save(const mpx_scaling_state *st, mpx_scaling_mark *m);
+void mpx_scaling_mark_restore(mpx_scaling_state *st, mpx_scaling_mark *m);
+
 /* The recipe, every tensor's scale and amax history, and the per-step trace. */
 struct mpx_format_table;
 json_t *mpx_scaling_state_json(const mpx_scaling_state *st, const struct mpx_format_table *fmts);

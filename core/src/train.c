@@ -352,11 +352,16 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
  * again, from the data position it started at, with every op checked (nonfinite.h);
  * always -1, err naming the step, the op and the tensor. */
 static int stop_on_nonfinite(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t step, const uint64_t pos[2],
-                             double scale, double loss, json_t *metrics, char *err, size_t errlen)
+                             double scale, double loss, mpx_diagnostics *diag, json_t *metrics, char *err, size_t errlen)
 {
     mpx_diagnostics off = { 0 };
     double again;
     int64_t tokens;
+    /* the step's diagnostics row, as a skipped step's: what went in before the NaN */
+    if (mpx_diag_end_step(diag, s, step, 0)) {
+        snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step);
+        return -1;
+    }
     if (!t->seek || t->seek(t, s, pos, err, errlen) || mpx_nonfinite_begin(s, err, errlen)) return -1;
     char rerun_err[1024] = "";
     int rc = accumulate(s, t, c, step, scale, &off, &again, &tokens, rerun_err, sizeof rerun_err);
@@ -415,7 +420,7 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         int overflow = 0, skip = 0;
         if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
         if ((overflow || !isfinite(loss)) && !injects_overflow(step, -1) && !strcmp(lsp->preset, "none"))
-            return stop_on_nonfinite(s, t, &c, step, pos, scale, loss, metrics, err, errlen);
+            return stop_on_nonfinite(s, t, &c, step, pos, scale, loss, diag, metrics, err, errlen);
         if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
         if (!skip) {
             /* FP16_Optimizer.step updates cur_scale before unscale_and_clip_grads reads it */
