@@ -32,12 +32,14 @@ static void read_floats(json_t *arr, float *out, size_t n, const char *what)
     for (size_t i = 0; i < n; i++) out[i] = (float)json_number_value(json_array_get(arr, i));
 }
 
-static fixture load_fixture(void)
+/* A fixture of three tensors' sizes, no-decay flags, initial values and per-step
+ * gradients: optim.json, and the AnyPrecisionAdamW and MS-AMP ones beside it. */
+static fixture load_fixture(const char *path)
 {
     fixture f = { 0 };
     json_error_t err;
-    f.root = json_load_file(FIXTURE, 0, &err);
-    cr_assert(f.root, "%s:%d:%d: %s", FIXTURE, err.line, err.column, err.text);
+    f.root = json_load_file(path, 0, &err);
+    cr_assert(f.root, "%s:%d:%d: %s", path, err.line, err.column, err.text);
     for (int i = 0; i < N_TENSORS; i++) {
         f.numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(f.root, "numel"), i));
         f.no_decay[i] = (int)json_integer_value(json_array_get(json_object_get(f.root, "no_decay"), i));
@@ -152,7 +154,10 @@ typedef struct run {
     float *param;
 } run;
 
-static run start_run(const fixture *f, const char *plugin, const char *overrides, mpx_dtype state_t)
+/* build/plugins/optimizer-PLUGIN.so created under `prec` with its schema defaults and
+ * `overrides` (and the cpu backend with `cpu_options`, when not NULL); its env. */
+static mpx_env *open_optimizer(const char *plugin, const char *overrides, const mpx_precision_desc *prec,
+                               const char *cpu_options, const mpx_optimizer_vtable **vt, void **self)
 {
     char path[256];
     const char *why = NULL;
@@ -162,11 +167,20 @@ static run start_run(const fixture *f, const char *plugin, const char *overrides
     cr_assert_eq(d->kind, MPX_KIND_OPTIMIZER);
     cr_assert_str_eq(d->name, plugin);
     char *opts = options_text(d, overrides);
+    mpx_env *env = th_env(opts, NULL, prec);
+    free(opts);
+    if (cpu_options) cr_assert_eq(th_use_cpu_backend(env, cpu_options), 0, "%s", th_error(env));
+    *vt = d->vtable;
+    cr_assert_eq((*vt)->create(env, self), 0, "%s create: %s", plugin, th_error(env));
+    return env;
+}
+
+static run start_run(const fixture *f, const char *plugin, const char *overrides, mpx_dtype state_t)
+{
     mpx_precision_desc prec = th_fp32_policy();
     prec.opt_state = state_t;
-    run r = { .env = th_env(opts, NULL, &prec), .vt = d->vtable };
-    free(opts);
-    cr_assert_eq(r.vt->create(r.env, &r.self), 0, "%s create: %s", plugin, th_error(r.env));
+    run r = { 0 };
+    r.env = open_optimizer(plugin, overrides, &prec, NULL, &r.vt, &r.self);
     r.n_state = r.vt->n_state(r.self);
     for (int i = 0; i < r.n_state; i++) {
         r.state[i] = calloc(f->total, mpx_dtype_size(state_t));
@@ -206,7 +220,7 @@ static void do_step(run *r, const fixture *f, int t, double base_lr, mpx_dtype s
 
 static void check_trajectory(const char *config, layout lay)
 {
-    fixture f = load_fixture();
+    fixture f = load_fixture(FIXTURE);
     json_t *c = find_config(&f, config);
     const char *plugin = json_string_value(json_object_get(c, "plugin"));
     double lr = json_number_value(json_object_get(c, "lr"));
@@ -253,7 +267,7 @@ static uint16_t bf16_bits(float x)
  * are stored back rounded to nearest. The reference rounds the moments the same way. */
 Test(adam, bf16_state)
 {
-    fixture f = load_fixture();
+    fixture f = load_fixture(FIXTURE);
     json_t *bf = json_object_get(f.root, "adam_bf16_state");
     run r = start_run(&f, "adam", "weight_decay = 0.01;", MPX_BF16);
     cr_assert_eq(r.n_state, 2);
@@ -292,7 +306,7 @@ Test(adam, bf16_state)
 
 Test(sgd, state_only_with_momentum)
 {
-    fixture f = load_fixture();
+    fixture f = load_fixture(FIXTURE);
     run plain = start_run(&f, "sgd", "", MPX_F32);
     cr_assert_eq(plain.n_state, 0);
     end_run(&plain);
@@ -314,24 +328,46 @@ Test(sgd, nesterov_needs_momentum)
     th_env_free(env);
 }
 
+/* A first step of `plugin` with both states in `state_t` (the fixture's first gradients,
+ * lr 1e-3), which the plugin must refuse with an error naming `why`; the step stays in
+ * x->s for more tries, and refused_end frees it all. */
+typedef struct refused {
+    fixture f;
+    run r;
+    mpx_piece pieces[N_TENSORS];
+    float *update;
+    mpx_opt_step s;
+} refused;
+
+static void expect_refused(refused *x, const char *plugin, mpx_dtype state_t, const char *why)
+{
+    x->f = load_fixture(FIXTURE);
+    x->r = start_run(&x->f, plugin, "", state_t);
+    size_t n_pieces = make_pieces(&x->f, 0.0f, whole, x->pieces);
+    x->update = calloc(x->f.total, sizeof *x->update);
+    cr_assert(x->update);
+    x->s = (mpx_opt_step){
+        .size = sizeof x->s, .pieces = x->pieces, .n_pieces = n_pieces, .lr = 1e-3, .step = 1,
+        .param = mpx_a(x->r.param, MPX_F32), .grad = x->f.grads, .update = x->update,
+        .state = { mpx_a(x->r.state[0], state_t), mpx_a(x->r.state[1], state_t) },
+    };
+    cr_assert_neq(x->r.vt->step(x->r.self, x->r.env, &x->s), 0, "%s accepted the step", plugin);
+    cr_assert(strstr(th_error(x->r.env), why), "%s: error: %s", plugin, th_error(x->r.env));
+}
+
+static void refused_end(refused *x)
+{
+    free(x->update);
+    end_run(&x->r);
+    free_fixture(&x->f);
+}
+
 /* fp16 and 8-bit state is for adam/adamw (below); LAMB still refuses it, by name. */
 Test(lamb, refuses_fp16_state)
 {
-    fixture f = load_fixture();
-    run r = start_run(&f, "lamb", "", MPX_F16);
-    mpx_piece pieces[N_TENSORS];
-    size_t n_pieces = make_pieces(&f, 0.0f, whole, pieces);
-    float *update = calloc(f.total, sizeof *update);
-    mpx_opt_step s = {
-        .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces, .lr = 1e-3, .step = 1,
-        .param = mpx_a(r.param, MPX_F32), .grad = f.grads, .update = update,
-        .state = { mpx_a(r.state[0], MPX_F16), mpx_a(r.state[1], MPX_F16) },
-    };
-    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
-    cr_assert(strstr(th_error(r.env), "fp16"), "error: %s", th_error(r.env));
-    free(update);
-    end_run(&r);
-    free_fixture(&f);
+    refused x;
+    expect_refused(&x, "lamb", MPX_F16, "fp16");
+    refused_end(&x);
 }
 
 Test(lamb, state_names_and_defaults)
@@ -410,45 +446,28 @@ static double ulps_bf16(float a, float b)
  * per tensor and step; the final moments likewise. */
 static void check_anyprecision(const char *plugin)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file("tests/fixtures/optim/anyprecision_bf16.json", 0, &jerr);
-    cr_assert(root, "%s", jerr.text);
-    size_t numel[3], total = 0;
-    for (int i = 0; i < 3; i++) total += numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(root, "numel"), (size_t)i));
-    int steps = (int)json_integer_value(json_object_get(root, "steps"));
+    fixture f = load_fixture("tests/fixtures/optim/anyprecision_bf16.json");
+    json_t *root = f.root;
+    size_t total = f.total, *numel = f.numel;
+    int steps = f.steps;
     double wd = json_number_value(json_object_get(root, "weight_decay"));
-    const char *why = NULL;
-    char path[128], over[128];
-    snprintf(path, sizeof path, "build/plugins/optimizer-%s.so", plugin);
-    const mpx_plugin_desc *d = th_load(path, &why);
-    cr_assert(d, "%s", why);
+    char over[128];
     snprintf(over, sizeof over, "anyprecision = true; weight_decay = %g;", wd);
-    char *opts = options_text(d, over);
     mpx_precision_desc prec = th_fp32_policy();
     prec.weights = prec.opt_state = MPX_BF16;
-    mpx_env *env = th_env(opts, NULL, &prec);
-    cr_assert_eq(th_use_cpu_backend(env, "threads = 1;"), 0, "%s", th_error(env));
-    free(opts);
-    const mpx_optimizer_vtable *vt = d->vtable;
+    const mpx_optimizer_vtable *vt;
     void *self;
-    cr_assert_eq(vt->create(env, &self), 0, "%s", th_error(env));
+    mpx_env *env = open_optimizer(plugin, over, &prec, "threads = 1;", &vt, &self);
     uint16_t *w = calloc(total, 2), *m = calloc(total, 2), *v = calloc(total, 2);
     float *grad = calloc(total, 4), *update = calloc(total, 4), *ref = calloc(total, 4);
     cr_assert(w && m && v && grad && update && ref);
-    read_floats(json_object_get(root, "init"), ref, total, "init");
-    for (size_t i = 0; i < total; i++) w[i] = mpx_f32_to_bf16(ref[i]);
+    for (size_t i = 0; i < total; i++) w[i] = mpx_f32_to_bf16(f.init[i]);
     th_set_update_target(env, mpx_a(w, MPX_BF16), mpx_a(NULL, MPX_BF16));
-    mpx_piece pieces[3];
-    size_t off = 0;
-    for (size_t t = 0; t < 3; t++) {
-        int nd = (int)json_integer_value(json_array_get(json_object_get(root, "no_decay"), t));
-        pieces[t] = (mpx_piece){ .param = t, .offset = off, .len = numel[t], .tensor_numel = numel[t],
-                                 .weight_decay = nd ? 0.0f : (float)wd, .site = (uint32_t)t };
-        off += numel[t];
-    }
+    mpx_piece pieces[N_TENSORS];
+    make_pieces(&f, (float)wd, whole, pieces);
     size_t exact = 0, compared = 0;
     for (int s = 0; s < steps; s++) {
-        read_floats(json_array_get(json_object_get(root, "grads"), (size_t)s), grad, total, "grads");
+        memcpy(grad, f.grads + (size_t)s * total, total * sizeof *grad);
         mpx_opt_step st = { .size = sizeof st, .pieces = pieces, .n_pieces = 3,
                             .lr = json_number_value(json_array_get(json_object_get(root, "lr"), (size_t)s)),
                             .step = s + 1, .param = mpx_a(w, MPX_BF16), .grad = grad, .update = update };
@@ -478,7 +497,7 @@ static void check_anyprecision(const char *plugin)
     vt->destroy(self);
     free(w); free(m); free(v); free(grad); free(update); free(ref);
     th_env_free(env);
-    json_decref(root);
+    free_fixture(&f);
 }
 
 Test(adam, anyprecision_matches_anyprecision_adamw) { check_anyprecision("adam"); }
@@ -493,46 +512,31 @@ static uint32_t f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 
 static void check_msamp_o2(const char *plugin)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file("tests/fixtures/optim/msamp_o2.json", 0, &jerr);
-    cr_assert(root, "msamp_o2.json: %s", jerr.text);
-    size_t numel[3], total = 0;
-    for (int i = 0; i < 3; i++) total += numel[i] = (size_t)json_integer_value(json_array_get(json_object_get(root, "numel"), (size_t)i));
-    int steps = (int)json_integer_value(json_object_get(root, "steps"));
+    fixture f = load_fixture("tests/fixtures/optim/msamp_o2.json");
+    json_t *root = f.root;
+    size_t total = f.total;
+    int steps = f.steps;
     double wd = json_number_value(json_object_get(root, "weight_decay"));
     double base_lr = json_number_value(json_object_get(root, "base_lr"));
-    const char *why = NULL;
-    char path[128], over[160];
-    snprintf(path, sizeof path, "build/plugins/optimizer-%s.so", plugin);
-    const mpx_plugin_desc *d = th_load(path, &why);
-    cr_assert(d, "%s", why);
+    char over[160];
     snprintf(over, sizeof over, "weight_decay = %g; betas = [0.9, 0.999]; eps = 1e-8;", wd);
-    char *opts = options_text(d, over);
     mpx_precision_desc prec = th_fp32_policy();
     prec.opt_state = MPX_FP8_E4M3;
     prec.opt_state_sq = MPX_F16;
-    mpx_env *env = th_env(opts, NULL, &prec);
-    free(opts);
-    const mpx_optimizer_vtable *vt = d->vtable;
+    const mpx_optimizer_vtable *vt;
     void *self;
-    cr_assert_eq(vt->create(env, &self), 0, "%s", th_error(env));
+    mpx_env *env = open_optimizer(plugin, over, &prec, NULL, &vt, &self);
     uint8_t *m = calloc(total, 1);
     uint16_t *v = calloc(total, 2);
     float *p = calloc(total, 4), *grad = calloc(total, 4), *update = calloc(total, 4), *ref = calloc(total, 4);
     float scale_m[3] = { 1, 1, 1 }, scale_v[3] = { 1, 1, 1 };
     cr_assert(m && v && p && grad && update && ref);
-    read_floats(json_object_get(root, "init"), p, total, "init");
+    memcpy(p, f.init, total * sizeof *p);
     th_set_update_target(env, mpx_a(p, MPX_F32), mpx_a(NULL, MPX_F32));
-    mpx_piece pieces[3];
-    size_t off = 0;
-    for (size_t t = 0; t < 3; t++) {
-        int nd = (int)json_integer_value(json_array_get(json_object_get(root, "no_decay"), t));
-        pieces[t] = (mpx_piece){ .param = t, .offset = off, .len = numel[t], .tensor_numel = numel[t],
-                                 .weight_decay = nd ? 0.0f : (float)wd, .site = (uint32_t)t };
-        off += numel[t];
-    }
+    mpx_piece pieces[N_TENSORS];
+    make_pieces(&f, (float)wd, whole, pieces);
     for (int s = 0; s < steps; s++) {
-        read_floats(json_array_get(json_object_get(root, "grads"), (size_t)s), grad, total, "grads");
+        memcpy(grad, f.grads + (size_t)s * total, total * sizeof *grad);
         mpx_opt_step st = { .size = sizeof st, .pieces = pieces, .n_pieces = 3, .lr = base_lr * (1.0 + 0.1 * s),
                             .step = s + 1, .param = mpx_a(p, MPX_F32), .grad = grad, .update = update };
         st.state[0] = mpx_a(m, MPX_FP8_E4M3);
@@ -568,7 +572,7 @@ static void check_msamp_o2(const char *plugin)
     vt->destroy(self);
     free(m); free(v); free(p); free(grad); free(update); free(ref);
     th_env_free(env);
-    json_decref(root);
+    free_fixture(&f);
 }
 
 Test(adam, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adam"); }
@@ -577,22 +581,10 @@ Test(adamw, msamp_o2_state_matches_numpy_reference) { check_msamp_o2("adamw"); }
 /* An 8-bit state without scales (a host older than ABI 1.8 would pass none) is refused. */
 Test(adam, fp8_state_needs_scales)
 {
-    fixture f = load_fixture();
-    run r = start_run(&f, "adam", "", MPX_FP8_E4M3);
-    mpx_piece pieces[N_TENSORS];
-    size_t n_pieces = make_pieces(&f, 0.0f, whole, pieces);
-    float *update = calloc(f.total, sizeof *update);
-    mpx_opt_step s = {
-        .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces, .lr = 1e-3, .step = 1,
-        .param = mpx_a(r.param, MPX_F32), .grad = f.grads, .update = update,
-        .state = { mpx_a(r.state[0], MPX_FP8_E4M3), mpx_a(r.state[1], MPX_FP8_E4M3) },
-    };
-    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
-    cr_assert(strstr(th_error(r.env), "no scales"), "error: %s", th_error(r.env));
-    s.size = offsetof(mpx_opt_step, state_scale);
-    cr_assert_neq(r.vt->step(r.self, r.env, &s), 0);
-    cr_assert(strstr(th_error(r.env), "ABI 1.8"), "error: %s", th_error(r.env));
-    free(update);
-    end_run(&r);
-    free_fixture(&f);
+    refused x;
+    expect_refused(&x, "adam", MPX_FP8_E4M3, "no scales");
+    x.s.size = offsetof(mpx_opt_step, state_scale);
+    cr_assert_neq(x.r.vt->step(x.r.self, x.r.env, &x.s), 0);
+    cr_assert(strstr(th_error(x.r.env), "ABI 1.8"), "error: %s", th_error(x.r.env));
+    refused_end(&x);
 }
