@@ -9,25 +9,34 @@
 
 #include "support/shell.h"
 
+/* Two toy runs of `steps` steps (plugins from build/test-plugins too), KEY set to each of
+ * the two plugin names, with the `extra` options: their metrics.csv rows without the
+ * timings must be the same. */
+static void expect_same_toy_runs(const char *tmp, int steps, const char *key, const char *const name[2],
+                                 const char *extra)
+{
+    char out[4096], *rows[2];
+    for (int i = 0; i < 2; i++) {
+        int rc = ts_sh(out, sizeof out,
+                       "build/bin/mpx run configs/toy.cfg --plugin-dir build/test-plugins -s train.max_steps=%d "
+                       "-s '%s=\"%s\"' %s --out %s/%d 2>&1", steps, key, name[i], extra, tmp, i);
+        cr_assert_eq(rc, 0, "%s %s: %s", key, name[i], out);
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%d", tmp, i);
+        rows[i] = ts_metrics_rows(dir);
+    }
+    cr_expect_str_eq(rows[1], rows[0], "the run with %s %s differs from the one with %s", key, name[1], name[0]);
+    free(rows[0]);
+    free(rows[1]);
+}
+
 Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
 {
     char *tmp = ts_tmpdir("abi10"), out[4096];
-    const char *be[2] = { "cpu", "cpu-abi10" };
-    char *r[2];
-    for (int i = 0; i < 2; i++) {
-        int rc = ts_sh(out, sizeof out,
-                       "build/bin/mpx run configs/toy.cfg --plugin-dir build/test-plugins -s train.max_steps=20 "
-                       "-s 'backend.plugin=\"%s\"' -s 'optimizer.plugin=\"adam\"' --out %s/%d 2>&1", be[i], tmp, i);
-        cr_assert_eq(rc, 0, "backend %s: %s", be[i], out);
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%d", tmp, i);
-        r[i] = ts_metrics_rows(dir);
-    }
-    cr_expect_str_eq(r[1], r[0], "the ABI 1.0 backend's run differs from the 1.4 one");
+    const char *const be[2] = { "cpu", "cpu-abi10" };
+    expect_same_toy_runs(tmp, 20, "backend.plugin", be, "-s 'optimizer.plugin=\"adam\"'");
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plugins --plugin-dir build/test-plugins 2>&1"), 0);
     cr_expect(strstr(out, "cpu-abi10") != NULL, "mpx plugins lists it: %s", out);
-    free(r[0]);
-    free(r[1]);
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }
 
@@ -38,20 +47,8 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
 Test(abi_minor, a_1_0_model_trains_and_stage3_refuses_it)
 {
     char *tmp = ts_tmpdir("abi10-model"), out[4096];
-    const char *model[2] = { "toy", "toy-abi10" };
-    char *r[2];
-    for (int i = 0; i < 2; i++) {
-        int rc = ts_sh(out, sizeof out,
-                       "build/bin/mpx run configs/toy.cfg --plugin-dir build/test-plugins -s train.max_steps=10 "
-                       "-s 'model.plugin=\"%s\"' --out %s/%d 2>&1", model[i], tmp, i);
-        cr_assert_eq(rc, 0, "model %s: %s", model[i], out);
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%d", tmp, i);
-        r[i] = ts_metrics_rows(dir);
-    }
-    cr_expect_str_eq(r[1], r[0], "the ABI 1.0 toy's run differs from the toy's");
-    free(r[0]);
-    free(r[1]);
+    const char *const model[2] = { "toy", "toy-abi10" };
+    expect_same_toy_runs(tmp, 10, "model.plugin", model, "");
     static const char *const cmd[2] = { "check configs/toy.cfg", "run configs/toy.cfg --out %s/z3" };
     for (int i = 0; i < 2; i++) {
         char line[1024];
