@@ -122,25 +122,31 @@ Test(squad_features, train_slice_matches_reference)
     compare(SQUAD_TRAIN, 2000, 1, SQUAD_FIXTURES "features_train2000.txt.gz", 2054);
 }
 
+/* A hand-made SQuAD file at `path`: one article whose paragraphs are `paragraphs` (JSON
+ * objects, comma-separated), loaded into *d. */
+static void load_article(const char *path, const char *paragraphs, mpx_squad_dataset *d)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert(fprintf(f, "{\"version\": \"1.1\", \"data\": [{\"title\": \"t\", \"paragraphs\": [%s]}]}", paragraphs) > 0);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+    char err[256];
+    cr_assert_eq(mpx_squad_load(path, d, err, sizeof err), 0, "%s", err);
+}
+
 /* Hand-made SQuAD file: an answer not at its offset is counted and skipped, an empty
  * context yields no window, a long context yields overlapping windows. */
 Test(squad_features, bad_answers_and_empty_context)
 {
-    const char *path = "build/tests/squad_features_small.json";
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs("{\"version\": \"1.1\", \"data\": [{\"title\": \"t\", \"paragraphs\": ["
-          "{\"context\": \"The cat sat on the mat.\", \"qas\": ["
-          "{\"id\": \"good\", \"question\": \"Where?\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]},"
-          "{\"id\": \"moved\", \"question\": \"Where?\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 2}]},"
-          "{\"id\": \"beyond\", \"question\": \"Where?\", \"answers\": [{\"text\": \"mat\", \"answer_start\": 90}]}]},"
-          "{\"context\": \"\", \"qas\": [{\"id\": \"empty\", \"question\": \"\", \"answers\": [{\"text\": \"x\", \"answer_start\": 0}]}]}"
-          "]}]}",
-          f);
-    fclose(f);
-    char err[256];
     mpx_squad_dataset d;
-    cr_assert_eq(mpx_squad_load(path, &d, err, sizeof err), 0, "%s", err);
+    load_article("build/tests/squad_features_small.json",
+                 "{\"context\": \"The cat sat on the mat.\", \"qas\": ["
+                 "{\"id\": \"good\", \"question\": \"Where?\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]},"
+                 "{\"id\": \"moved\", \"question\": \"Where?\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 2}]},"
+                 "{\"id\": \"beyond\", \"question\": \"Where?\", \"answers\": [{\"text\": \"mat\", \"answer_start\": 90}]}]},"
+                 "{\"context\": \"\", \"qas\": [{\"id\": \"empty\", \"question\": \"\", \"answers\": [{\"text\": \"x\", \"answer_start\": 0}]}]}",
+                 &d);
+    char err[256];
     mpx_squad_feature_config cfg = {16, 4, 4, 1};
     mpx_squad_features *fs;
     cr_assert_eq(mpx_squad_features_build(&d, tok, &cfg, &fs, err, sizeof err), 0, "%s", err);
@@ -187,18 +193,12 @@ Test(squad_features, bad_answers_and_empty_context)
  * tests/sanitize.sh). The window is [CLS] [SEP] doc [SEP], as run_squad.py builds it. */
 Test(squad_features, an_empty_first_question_has_a_window_without_query_tokens)
 {
-    const char *path = "build/tests/squad_features_empty_question.json";
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs("{\"version\": \"1.1\", \"data\": [{\"title\": \"t\", \"paragraphs\": ["
-          "{\"context\": \"The cat sat on the mat.\", \"qas\": ["
-          "{\"id\": \"q0\", \"question\": \"\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]}]}"
-          "]}]}",
-          f);
-    fclose(f);
-    char err[256];
     mpx_squad_dataset d;
-    cr_assert_eq(mpx_squad_load(path, &d, err, sizeof err), 0, "%s", err);
+    load_article("build/tests/squad_features_empty_question.json",
+                 "{\"context\": \"The cat sat on the mat.\", \"qas\": ["
+                 "{\"id\": \"q0\", \"question\": \"\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]}]}",
+                 &d);
+    char err[256];
     for (int training = 0; training < 2; training++) {
         mpx_squad_feature_config cfg = {16, 4, 4, training};
         mpx_squad_features *fs;
