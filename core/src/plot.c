@@ -98,18 +98,10 @@ static int write_data(const plot *p, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    for (size_t r = 0; r < p->n; r++) {
+    for (size_t r = 0; r < p->n; r++) { /* a gnuplot data block per run (index r) */
         const curve *c = &p->c[r];
-        fprintf(f, "# %s\n", c->label);
-        for (size_t i = 0; i < c->n; i++) {
-            fprintf(f, "%.17g", c->step[i]);
-            for (int s = 0; s < 3; s++) {
-                if (isnan(c->v[s][i])) fputs("\tNaN", f);
-                else fprintf(f, "\t%.9g", c->v[s][i]);
-            }
-            fputc('\n', f);
-        }
-        fputs("\n\n", f); /* a gnuplot data block per run (index r) */
+        const double *cols[3] = { c->v[0], c->v[1], c->v[2] };
+        mpx_gnuplot_block(f, c->label, c->step, c->n, cols, 3);
     }
     return fclose(f) == 0 ? 0 : -1;
 }

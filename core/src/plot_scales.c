@@ -108,19 +108,24 @@ int mpx_plot_scales_write(const mpx_plot_scales *ps, const char *path)
     if (!f) return -1;
     for (size_t i = 0; i < ps->n; i++) {
         const mpx_scale_line *l = &ps->l[i];
-        fprintf(f, "# %s\n", l->title);
-        for (size_t k = 0; k < l->n; k++) {
-            fprintf(f, "%.17g", l->step[k]);
-            for (int c = 0; c < 2; c++) {
-                double v = c ? l->max[k] : l->min[k];
-                if (isnan(v)) fputs("\tNaN", f);
-                else fprintf(f, "\t%.9g", v);
-            }
-            fputc('\n', f);
-        }
-        fputs("\n\n", f);
+        const double *cols[2] = { l->min, l->max };
+        mpx_gnuplot_block(f, l->title, l->step, l->n, cols, 2);
     }
     return fclose(f) == 0 ? 0 : -1;
+}
+
+void mpx_gnuplot_block(FILE *f, const char *title, const double *step, size_t n, const double *const *cols, int n_cols)
+{
+    fprintf(f, "# %s\n", title);
+    for (size_t k = 0; k < n; k++) {
+        fprintf(f, "%.17g", step[k]);
+        for (int c = 0; c < n_cols; c++) {
+            if (isnan(cols[c][k])) fputs("\tNaN", f);
+            else fprintf(f, "\t%.9g", cols[c][k]);
+        }
+        fputc('\n', f);
+    }
+    fputs("\n\n", f); /* the end of a gnuplot data block (its index) */
 }
 
 void mpx_gnuplot_quoted(FILE *f, const char *s)

@@ -32,6 +32,11 @@ void mpx_plot_scales_panel(FILE *f, const mpx_plot_scales *ps, const char *data)
 
 void mpx_plot_scales_free(mpx_plot_scales *ps);
 
+/* One gnuplot data block: "# TITLE", then per row the step (%.17g) and the n_cols
+ * columns' values (%.9g, NaN where absent), tab-separated, then the blank lines that
+ * end the block. */
+void mpx_gnuplot_block(FILE *f, const char *title, const double *step, size_t n, const double *const *cols, int n_cols);
+
 /* A gnuplot string literal in single quotes (only '' needs doubling). */
 void mpx_gnuplot_quoted(FILE *f, const char *s);
 
