@@ -175,6 +175,8 @@ void bench_profile_reset(void)
     memset(calls, 0, sizeof calls);
 }
 
+double bench_profile_gemm_s(void) { return sum_s[C_GEMM] + sum_s[C_ATTN_GEMM]; }
+
 void bench_profile_print(int steps, double total_s)
 {
     double in_ops = 0;

@@ -14,7 +14,11 @@
  *              + layers x 2 x B x S^2 x hidden (QK^T and PV), T = B x S.
  *
  * Each case runs in a child process (its own peak RSS):
- *   bench_step [--steps N] [--no-torch] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...   all + table
+ *   bench_step [--steps N] [--no-torch] [--kernels env|detected|both] [--pad F] [--plugin-dir DIR]
+ *              [-s KEY=VALUE]...   all + tables
+ * --kernels: OpenBLAS's kernels as the environment's OPENBLAS_CORETYPE sets them (env), as
+ * OpenBLAS itself picks them with the variable unset (detected), or both, one table each
+ * (the default; with the variable unset the two are one). PyTorch runs once per model.
  *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...
  * --pad F masks the last F of every window (input_mask 0, token id 0), as a padded batch
  * of real windows is (bench_padding: 24 % of a shuffled SQuAD batch's tokens at 384):
@@ -254,6 +258,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         bench_profile_enable(0);
     }
     ceiling_close(&ce);
+    double gemm_s = bench_profile_gemm_s() / steps;   /* per step, in the GEMM ops */
     double model_s = NAN;
     if (time_model(&s, &t, steps, &model_s)) {
         snprintf(err, sizeof err, "%s", "forward/backward alone failed");
@@ -314,9 +319,9 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(scratch_peak),
            mib(model_scratch), mib(core_scratch));
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
-           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f\n",
+           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f gemm_s=%.5f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s, eval_s, cpu_s);
+           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
@@ -330,17 +335,18 @@ out:
 typedef struct result {
     char name[32], prec[32];
     int threads, ok;
-    double step_s, min_s, flop, ceiling, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
+    double step_s, min_s, flop, ceiling, gemm_s, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
 
+/* detected: the child runs without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (OpenBLAS's own kernel choice) */
 static int run_child(const char *self, const char *name, const char *ckpt, const char *prec,
-                     int steps, const char *plugin_dir, char **ovr, int n_ovr, result *r)
+                     int steps, const char *plugin_dir, char **ovr, int n_ovr, int detected, result *r)
 {
     char cmd[8192];
-    int n = snprintf(cmd, sizeof cmd, "'%s' --case %s '%s' %s %d --pad %.17g --plugin-dir '%s'", self, name, ckpt,
-                     prec, steps, g_pad, plugin_dir);
+    int n = snprintf(cmd, sizeof cmd, "%s'%s' --case %s '%s' %s %d --pad %.17g --plugin-dir '%s'",
+                     detected ? "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " : "", self, name, ckpt, prec, steps, g_pad, plugin_dir);
     for (int i = 0; i < n_ovr && n < (int)sizeof cmd; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " -s '%s'", ovr[i]);
     memset(r, 0, sizeof *r);
@@ -354,9 +360,9 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         if (strncmp(line, "result ", 7) != 0) { fputs(line, stdout); continue; }
         char nm[64], pr[64];
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
-                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf", nm, pr,
+                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf gemm_s=%lf", nm, pr,
                    &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
-                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s) == 14)
+                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s, &r->gemm_s) == 15)
             r->ok = 1;
     }
     int st = pclose(p);
@@ -418,65 +424,99 @@ static double loadavg(void)
 static void print_row(const result *r)
 {
     double tok = BATCH * SEQ / r->step_s, gfs = r->flop / r->step_s * 1e-9;
-    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %6.1f%% %9.0f %8.0f", r->name, r->prec,
+    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %6.1f%% %6.1f%% %9.0f %8.0f", r->name, r->prec,
            r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceiling, 100.0 * gfs / r->ceiling,
-           mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
+           100.0 * r->flop / r->gemm_s * 1e-9 / r->ceiling, mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
     if (isnan(r->torch_s)) printf("        -       -\n");
     else printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
 }
 
-static int run_all(const char *self, int steps, int with_torch, const char *plugin_dir, char **ovr, int n_ovr)
+/* ---- are these kernels right? The environment may force OPENBLAS_CORETYPE because an
+ * older OpenBLAS computes wrong results on this CPU with the kernels it detects; before
+ * timing them, check cblas_sgemm against a double-precision dot product on the step's
+ * shapes (every layout the backend uses), entries sampled on the large ones. ---- */
+
+static int sgemm_check(int threads, char *msg, size_t len)
 {
-    char dir[] = "/tmp/mpx-bench-bert-base-XXXXXX", json[64];
-    if (!mkdtemp(dir)) { perror("bench_step: mkdtemp"); return 1; }
-    snprintf(json, sizeof json, "%s/config.json", dir);
-    FILE *f = fopen(json, "w");
-    if (!f || fputs(bench_bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_step: cannot write %s\n", json); return 1; }
-    const char *mini = "models/checkpoints/minilm-l6";
-    struct { const char *name, *ckpt, *json; int steps; } models[2] = {
-        { "minilm-l6", mini, "models/checkpoints/minilm-l6/config.json", steps * 2 },
-        { "bert-base", dir, json, steps },
-    };
-    const char *precs[2] = { "fp32", "bf16-master" };
-    result res[2][2];
-    int rc = 0;
-    printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on, "
-           "%.0f %% of each window padding (--pad); load average %.2f\n", BATCH, SEQ, 100.0 * g_pad, loadavg());
-    /* OpenBLAS picks its kernels when it loads; OPENBLAS_CORETYPE overrides the choice
-     * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
-    const char *core_env = getenv("OPENBLAS_CORETYPE");
-    printf("OpenBLAS kernels: %s (%s)\n", openblas_get_corename(),
-           core_env ? "forced by OPENBLAS_CORETYPE in the environment" : "detected by OpenBLAS");
-    for (int m = 0; m < 2; m++) {
-        if (m == 0 && access("models/checkpoints/minilm-l6/model.safetensors", R_OK) != 0) {
-            printf("  minilm-l6: models/checkpoints/minilm-l6 missing (make model): skipped\n");
-            res[0][0].ok = res[0][1].ok = 0;
-            continue;
-        }
-        for (int p = 0; p < 2; p++) {
-            if (run_child(self, models[m].name, models[m].ckpt, precs[p], models[m].steps, plugin_dir, ovr, n_ovr, &res[m][p])) {
-                fprintf(stderr, "bench_step: case %s %s failed\n", models[m].name, precs[p]);
-                rc = 1;
+    static const int shapes[][3] = { { 1152, 3072, 768 }, { 1152, 768, 3072 }, { 1152, 384, 1536 },
+                                     { 384, 384, 32 },    { 384, 32, 384 },    { 768, 768, 1152 },
+                                     { 17, 13, 29 },      { 1, 1, 1 },         { 5, 301, 7 } };
+    const CBLAS_TRANSPOSE tr[2] = { CblasNoTrans, CblasTrans };
+    double worst = 0;
+    long checked = 0;
+    uint32_t x = 2024;
+    openblas_set_num_threads(threads > 0 ? threads : 1);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)K * N * 4), *c = malloc((size_t)M * N * 4);
+        if (!a || !b || !c) { free(a); free(b); free(c); snprintf(msg, len, "out of memory"); return -1; }
+        for (size_t i = 0; i < (size_t)M * K; i++) x = x * 1664525u + 1013904223u, a[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+        for (size_t i = 0; i < (size_t)K * N; i++) x = x * 1664525u + 1013904223u, b[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                cblas_sgemm(CblasRowMajor, tr[ta], tr[tb], M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+                const long total = (long)M * N, n = total < 4096 ? total : 4096;
+                for (long e = 0; e < n; e++) {
+                    long idx = total <= 4096 ? e : (long)((x = x * 1664525u + 1013904223u) % (uint32_t)total);
+                    int i = (int)(idx / N), j = (int)(idx % N);
+                    double ref = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        double av = ta ? a[(size_t)k * M + i] : a[(size_t)i * K + k];
+                        double bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+                        ref += av * bv, mag += fabs(av * bv);
+                    }
+                    double err = fabs((double)c[idx] - ref) / (mag + 1e-30);
+                    if (err > worst) worst = err;
+                    checked++;
+                }
             }
-            res[m][p].torch_s = res[m][p].torch_eval_s = res[m][p].torch_cpu_s = res[m][p].torch_eval_cpu_s = NAN;
-        }
-        if (with_torch && res[m][0].ok) {
-            res[m][0].torch_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 0, &res[m][0].torch_cpu_s);
-            res[m][0].torch_eval_s = torch_time(models[m].json, res[m][0].threads, models[m].steps, 1,
-                                                &res[m][0].torch_eval_cpu_s);
-        }
+        free(a), free(b), free(c);
     }
-    printf("\n%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
-           "step s", "tok/s", "GEMM GF", "GFLOP/s", "sgemm", "of sgemm", "act MiB", "RSS MiB",
+    openblas_set_num_threads(1);
+    /* fp32 accumulation of K products: |err| <= K u sum|ab| in the worst case, far less in
+     * practice; 1e-5 of sum|ab| (K up to 3072, u = 6e-8) is a wrong result, not rounding */
+    int ok = worst <= 1e-5;
+    snprintf(msg, len, "sgemm check %s: %ld entries of 9 shapes x 4 layouts against a double dot product, "
+             "worst error %.2g of sum|a b|", ok ? "ok" : "FAILED (these kernels compute wrong results)", checked, worst);
+    return ok ? 0 : 1;
+}
+
+/* The kernels a child gets (bench_step --corename), with OPENBLAS_CORETYPE and
+ * OPENBLAS_L2_SIZE unset when `unset` (the two are set together; see README), and
+ * whether they passed sgemm_check: 0 if they did. */
+static int kernel_probe(const char *self, int unset, char *name, size_t len, char *msg, size_t mlen)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "%s'%s' --corename", unset ? "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " : "", self);
+    snprintf(name, len, "?");
+    snprintf(msg, mlen, "sgemm check did not run");
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    if (fgets(name, (int)len, p)) name[strcspn(name, "\n")] = 0;
+    if (fgets(msg, (int)mlen, p)) msg[strcspn(msg, "\n")] = 0;
+    return pclose(p) == 0 ? 0 : -1;
+}
+
+#define N_MODELS 2
+#define N_PRECS 2
+
+/* One kernel setting's tables: the step, its CPU time, the evaluation, bf16/fp32. */
+static void print_tables(result res[N_MODELS][N_PRECS], const char *const *model_names, const char *kernels)
+{
+    printf("\n-- OpenBLAS kernels: %s --\n", kernels);
+    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
+           "step s", "tok/s", "GEMM GF", "GFLOP/s", "sgemm", "of sgemm", "GEMMs", "act MiB", "RSS MiB",
            "torch s", "speedup");
-    for (int m = 0; m < 2; m++)
-        for (int p = 0; p < 2; p++)
+    for (int m = 0; m < N_MODELS; m++)
+        for (int p = 0; p < N_PRECS; p++)
             if (res[m][p].ok) print_row(&res[m][p]);
     printf("\nCPU seconds a training step, every thread (on shared cores the steadier figure; torch under "
            "OMP_WAIT_POLICY=passive, whose waiting threads sleep)\n");
     printf("%-10s %-12s %3s %8s %9s %7s\n", "model", "precision", "thr", "cpu s", "torch cpu", "ratio");
-    for (int m = 0; m < 2; m++)
-        for (int p = 0; p < 2; p++) {
+    for (int m = 0; m < N_MODELS; m++)
+        for (int p = 0; p < N_PRECS; p++) {
             const result *r = &res[m][p];
             if (!r->ok) continue;
             printf("%-10s %-12s %3d %8.3f", r->name, r->prec, r->threads, r->cpu_s);
@@ -487,23 +527,101 @@ static int run_all(const char *self, int steps, int with_torch, const char *plug
            BATCH, SEQ);
     printf("%-10s %-12s %3s %8s %10s %8s %10s %7s\n", "model", "precision", "thr", "fwd s", "windows/s",
            "torch s", "torch w/s", "speedup");
-    for (int m = 0; m < 2; m++)
-        for (int p = 0; p < 2; p++) {
+    for (int m = 0; m < N_MODELS; m++)
+        for (int p = 0; p < N_PRECS; p++) {
             const result *r = &res[m][p];
             if (!r->ok) continue;
             printf("%-10s %-12s %3d %8.3f %10.2f", r->name, r->prec, r->threads, r->eval_s, BATCH / r->eval_s);
             if (isnan(r->torch_eval_s)) printf("        -          -       -\n");
             else printf(" %8.3f %10.2f %6.2fx\n", r->torch_eval_s, BATCH / r->torch_eval_s, r->torch_eval_s / r->eval_s);
         }
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < N_MODELS; m++)
         if (res[m][0].ok && res[m][1].ok)
             printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead); in CPU time a step %.2f "
-                   "(%.3f / %.3f s)\n", models[m].name, res[m][1].step_s / res[m][0].step_s,
+                   "(%.3f / %.3f s)\n", model_names[m], res[m][1].step_s / res[m][0].step_s,
                    res[m][1].cpu_s / res[m][0].cpu_s, res[m][1].cpu_s, res[m][0].cpu_s);
-    printf("load average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* kernels: 0 = as the environment sets them, 1 = OpenBLAS's own choice, 2 = both (the
+ * second only when OPENBLAS_CORETYPE is set: otherwise the two are the same) */
+static int run_all(const char *self, int steps, int with_torch, int kernels, const char *plugin_dir, char **ovr,
+                   int n_ovr)
+{
+    char dir[] = "/tmp/mpx-bench-bert-base-XXXXXX", json[64];
+    if (!mkdtemp(dir)) { perror("bench_step: mkdtemp"); return 1; }
+    snprintf(json, sizeof json, "%s/config.json", dir);
+    FILE *f = fopen(json, "w");
+    if (!f || fputs(bench_bert_base_json, f) < 0 || fclose(f)) { fprintf(stderr, "bench_step: cannot write %s\n", json); return 1; }
+    const char *mini = "models/checkpoints/minilm-l6";
+    struct { const char *name, *ckpt, *json; int steps; } models[N_MODELS] = {
+        { "minilm-l6", mini, "models/checkpoints/minilm-l6/config.json", steps * 2 },
+        { "bert-base", dir, json, steps },
+    };
+    const char *model_names[N_MODELS] = { models[0].name, models[1].name };
+    const char *precs[N_PRECS] = { "fp32", "bf16-master" };
+    /* OpenBLAS picks its kernels when it loads; OPENBLAS_CORETYPE overrides the choice
+     * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
+    const char *core_env = getenv("OPENBLAS_CORETYPE");
+    int forced = core_env && core_env[0];
+    int sets[2], n_sets = 0;
+    if (kernels != 1 || !forced) sets[n_sets++] = 0;
+    if (forced && kernels != 0) sets[n_sets++] = 1;
+    char labels[2][256];
+    for (int k = 0; k < n_sets; k++) {
+        char name[128], msg[256];
+        int bad = kernel_probe(self, sets[k], name, sizeof name, msg, sizeof msg);
+        if (sets[k] == 0 && forced)
+            snprintf(labels[k], sizeof labels[k], "%s, forced by OPENBLAS_CORETYPE=%s in the environment", name, core_env);
+        else
+            snprintf(labels[k], sizeof labels[k], "%s, OpenBLAS's own choice on this CPU%s", name,
+                     forced ? " (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for these cases)" : "");
+        printf("OpenBLAS kernels %s: %s\n", labels[k], msg);
+        if (bad && sets[k] == 1) {   /* wrong kernels: not timed */
+            printf("  not timed: these kernels failed the sgemm check\n");
+            n_sets--;
+        }
+    }
+    result res[2][N_MODELS][N_PRECS];
+    memset(res, 0, sizeof res);
+    int rc = 0;
+    printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on, "
+           "%.0f %% of each window padding (--pad); load average %.2f\n", BATCH, SEQ, 100.0 * g_pad, loadavg());
+    for (int m = 0; m < N_MODELS; m++) {
+        if (m == 0 && access("models/checkpoints/minilm-l6/model.safetensors", R_OK) != 0) {
+            printf("  minilm-l6: models/checkpoints/minilm-l6 missing (make model): skipped\n");
+            continue;
+        }
+        for (int k = 0; k < n_sets; k++)
+            for (int p = 0; p < N_PRECS; p++) {
+                result *r = &res[k][m][p];
+                printf("  [kernels: %s]\n", labels[k]);
+                if (run_child(self, models[m].name, models[m].ckpt, precs[p], models[m].steps, plugin_dir, ovr, n_ovr,
+                              sets[k], r)) {
+                    fprintf(stderr, "bench_step: case %s %s (%s) failed\n", models[m].name, precs[p], labels[k]);
+                    rc = 1;
+                }
+                r->torch_s = r->torch_eval_s = r->torch_cpu_s = r->torch_eval_cpu_s = NAN;
+            }
+        /* PyTorch once per model: its own GEMMs do not read OPENBLAS_CORETYPE */
+        result *r0 = &res[0][m][0];
+        if (with_torch && r0->ok) {
+            r0->torch_s = torch_time(models[m].json, r0->threads, models[m].steps, 0, &r0->torch_cpu_s);
+            r0->torch_eval_s = torch_time(models[m].json, r0->threads, models[m].steps, 1, &r0->torch_eval_cpu_s);
+            for (int k = 1; k < n_sets; k++) {
+                result *rk = &res[k][m][0];
+                rk->torch_s = r0->torch_s, rk->torch_eval_s = r0->torch_eval_s;
+                rk->torch_cpu_s = r0->torch_cpu_s, rk->torch_eval_cpu_s = r0->torch_eval_cpu_s;
+            }
+        }
+    }
+    for (int k = 0; k < n_sets; k++) print_tables(res[k], model_names, labels[k]);
+    printf("\nload average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
-           "sgemm = GFLOP/s of cblas_sgemm %dx3072x768 (OpenBLAS threads = thr) timed before each step; act = the model's counted scratch; "
-           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies; speedup = torch s / step s\n", BATCH * SEQ);
+           "sgemm = GFLOP/s of cblas_sgemm %dx3072x768 (OpenBLAS threads = thr, the same kernels) timed before each step; "
+           "of sgemm = GEMM GF / step s / sgemm (the whole step against the ceiling); GEMMs = GEMM GF / the seconds "
+           "inside the GEMM ops / sgemm (the GEMMs alone); act = the model's counted scratch; "
+           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies (measured once per model: "
+           "PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s\n", BATCH * SEQ);
     json[0] = 0;
     snprintf(json, sizeof json, "%s/config.json", dir);
     unlink(json);
@@ -515,15 +633,29 @@ int main(int argc, char **argv)
 {
     char *ovr[MAX_OVR];
     const char *plugin_dir = "build/plugins";
-    int n_ovr = 0, steps = 5, with_torch = 1, is_case = argc >= 6 && strcmp(argv[1], "--case") == 0;
+    int n_ovr = 0, steps = 5, with_torch = 1, kernels = 2, is_case = argc >= 6 && strcmp(argv[1], "--case") == 0;
+    if (argc == 2 && strcmp(argv[1], "--corename") == 0) {   /* the kernels, then whether they are right */
+        char msg[256];
+        int bad = sgemm_check((int)sysconf(_SC_NPROCESSORS_ONLN), msg, sizeof msg);
+        printf("%s\n%s\n", openblas_get_corename(), msg);
+        return bad ? 1 : 0;
+    }
     for (int i = is_case ? 6 : 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-torch") == 0) with_torch = 0;
+        else if (strcmp(argv[i], "--kernels") == 0 && i + 1 < argc) {
+            const char *k = argv[++i];
+            kernels = strcmp(k, "env") == 0 ? 0 : strcmp(k, "detected") == 0 ? 1 : strcmp(k, "both") == 0 ? 2 : -1;
+            if (kernels < 0) {
+                fprintf(stderr, "bench_step: --kernels %s: env, detected or both\n", k);
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--pad") == 0 && i + 1 < argc) g_pad = atof(argv[++i]);
         else if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc) plugin_dir = argv[++i];
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc && n_ovr < MAX_OVR) ovr[n_ovr++] = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
+            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--kernels env|detected|both] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
             return 2;
         }
     }
@@ -534,5 +666,5 @@ int main(int argc, char **argv)
     if (is_case)
         return run_case(argv[2], argv[3], argv[4], atoi(argv[5]), plugin_dir, (const char *const *)ovr, (size_t)n_ovr);
     if (steps < 1) steps = 1;
-    return run_all(argv[0], steps, with_torch, plugin_dir, ovr, n_ovr);
+    return run_all(argv[0], steps, with_torch, kernels, plugin_dir, ovr, n_ovr);
 }
