@@ -81,8 +81,9 @@ int main(int argc, char **argv)
     const char *why = NULL;
     const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
     if (!d) { fprintf(stderr, "cannot load build/plugins/backend-cpu.so: %s\n", why); return 1; }
-    char opts[96];
-    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\";", threads);
+    const char *attn = argc > 2 ? argv[2] : "mpx";
+    char opts[160];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\";", threads, attn);
     mpx_env *env = th_env(opts, NULL, NULL);
     const mpx_backend_vtable *vt = d->vtable;
     void *be = NULL;

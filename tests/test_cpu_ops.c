@@ -323,6 +323,80 @@ Test(gemm, larger_shapes_threaded_paths)
     tb_close(&t);
 }
 
+/* ---- the attention kernel (option attention_gemm, cpu_gemm_small.c): batched GEMMs with
+ * K or N at most 64 are one fp32 FMA chain per element in K order, then alpha * acc
+ * (+ beta * C), every operation rounded once. The loop below is that contract; the
+ * kernel must give its bits exactly, on every layout and on both ISA paths. */
+
+static void fma_chain_gemm(const gemm_case *c, const float *A, int lda, long long sa, const float *B, int ldb,
+                           long long sb, float *C, int ldc, long long sc)
+{
+    for (int b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < c->n; j++) {
+                float acc = 0.0f;
+                for (int l = 0; l < c->k; l++) {
+                    float a = c->ta ? A[b * sa + (long long)l * lda + i] : A[b * sa + (long long)i * lda + l];
+                    float x = c->tb ? B[b * sb + (long long)j * ldb + l] : B[b * sb + (long long)l * ldb + j];
+                    acc = fmaf(a, x, acc);
+                }
+                float *out = &C[b * sc + (long long)i * ldc + j];
+                float v = c->alpha * acc;
+                *out = c->beta == 0.0f ? v : v + c->beta * *out;
+            }
+}
+
+static long attention_kernel_mismatches(const char *option, const gemm_case *c, uint64_t seed)
+{
+    tb t = tb_open_attn(2, option);
+    int ar = c->ta ? c->k : c->m, ac = c->ta ? c->m : c->k, br = c->tb ? c->n : c->k, bc = c->tb ? c->k : c->n;
+    int lda = ac + c->pad, ldb = bc + c->pad, ldc = c->n + c->pad;
+    long long sa = (long long)ar * lda + 5, sb = (long long)br * ldb + 3, sc = (long long)c->m * ldc + 7;
+    size_t na = (size_t)(sa * c->batch), nb = (size_t)(sb * c->batch), nc = (size_t)(sc * c->batch);
+    mpx_arg A = tb_alloc(&t, MPX_F32, na), B = tb_alloc(&t, MPX_F32, nb), C = tb_alloc(&t, MPX_F32, nc);
+    fill_random(A, na, NULL, seed, -2, 2);
+    fill_random(B, nb, NULL, seed + 1, -2, 2);
+    fill_random(C, nc, NULL, seed + 2, -2, 2);
+    float *want = malloc(nc * sizeof *want);
+    cr_assert_not_null(want);
+    memcpy(want, C.p, nc * sizeof *want);
+    fma_chain_gemm(c, A.p, lda, sa, B.p, ldb, sb, want, ldc, sc);
+    mpx_gemm g = { .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k, .alpha = c->alpha,
+                   .beta = c->beta, .a = A, .lda = lda, .stride_a = sa, .b = B, .ldb = ldb, .stride_b = sb,
+                   .c = C, .ldc = ldc, .stride_c = sc, .batch = c->batch, .compute = MPX_F32 };
+    cr_assert_eq(t.ops->gemm(t.be, &g), 0, "gemm: %s", tb_error(&t));
+    long bad = 0;
+    for (size_t i = 0; i < nc; i++) bad += memcmp(&want[i], (float *)C.p + i, sizeof(float)) != 0;
+    free(want);
+    tb_close(&t);
+    return bad;
+}
+
+static const gemm_case attention_cases[] = {
+    { 0, 1, 37, 70, 32, 3, 3, 0.17677669f, 0.0f },   /* scores: Q K^T / sqrt(32), K = head size */
+    { 0, 1, 19, 130, 64, 4, 1, 1.0f, 0.0f },         /* dP = dctx V^T, head size 64 */
+    { 0, 1, 8, 5, 7, 3, 0, 1.0f, 1.0f },             /* small everything, accumulating */
+    { 0, 0, 45, 32, 100, 3, 3, 1.0f, 0.0f },         /* context: P V, N = head size */
+    { 0, 0, 9, 17, 300, 2, 2, 0.125f, 0.5f },        /* dQ = dS K scaled, a partial vector */
+    { 1, 0, 33, 64, 50, 3, 1, 0.17677669f, 0.0f },   /* dK = dS^T Q scaled */
+    { 1, 0, 7, 1, 20, 5, 0, 1.0f, 1.0f },            /* dV-like, one column */
+    { 0, 0, 6, 48, 8, 3, 2, 1.0f, 0.0f },            /* three vectors wide */
+    { 1, 1, 11, 13, 9, 2, 1, 0.5f, 0.25f },          /* both transposed (no layout of the model) */
+};
+
+Test(gemm, attention_kernel_is_one_fma_chain_per_element, .timeout = 60)
+{
+    const char *options[] = { "mpx", "mpx-avx2" };
+    for (size_t o = 0; o < 2; o++)
+        for (size_t i = 0; i < sizeof attention_cases / sizeof attention_cases[0]; i++) {
+            const gemm_case *c = &attention_cases[i];
+            long bad = attention_kernel_mismatches(options[o], c, 500 + i);
+            cr_expect_eq(bad, 0, "attention_gemm = %s, ta=%d tb=%d %dx%dx%d batch %d alpha %g beta %g: %ld "
+                         "elements differ from the fp32 FMA chain", options[o], c->ta, c->tb, c->m, c->n, c->k,
+                         c->batch, (double)c->alpha, (double)c->beta, bad);
+        }
+}
+
 Test(gemm, rejects_bad_arguments)
 {
     tb t = tb_open(1);

@@ -17,6 +17,8 @@ typedef struct tb {
 
 /* Loads and creates the backend with `threads` (0 = all cores); aborts the test on failure. */
 tb tb_open(int threads);
+/* attention_gemm: the backend option ("mpx" or "openblas") */
+tb tb_open_attn(int threads, const char *attention_gemm);
 void tb_close(tb *t);
 const char *tb_error(tb *t);
 

@@ -26,6 +26,10 @@ static const mpx_option cpu_options[] = {
       .help = "accumulation of GEMMs on fp8 inputs: fp32 (OpenBLAS); h100: an H100's tensor cores as mmaemu 0.1.0 "
               "models them (32-product blocks truncated to 13 bits, chains restarted every 128 of K and added in fp32: "
               "torch._scaled_mm's default); h100-fast: one chain over K (use_fast_accum); single-threaded" },
+    { .key = "attention_gemm", .type = MPX_OPT_CHOICE, .def = "\"mpx\"", .choices = "mpx|mpx-avx2|openblas",
+      .help = "the batched attention GEMMs (head size <= 64 as K or N): mpx = the backend's AVX-512/AVX2 kernel, one "
+              "fp32 FMA chain per element in K order (the same bits on either ISA; OpenBLAS on CPUs with neither); "
+              "mpx-avx2 = the AVX2 kernel even where AVX-512 exists (to check that the two agree); openblas = cblas_sgemm, as before version 1.1.0 of this backend (other bits)" },
 };
 
 static int available_cores(void)
@@ -70,6 +74,10 @@ static int cpu_create(mpx_env *env, void **out)
     be->has_avx2_fma = cpu_detect_avx2_fma();
     be->has_avx2 = cpu_detect_avx2();
     be->has_avx512 = cpu_detect_avx512();
+    const char *attn = "mpx";
+    if (env->host->opt_string(env, "attention_gemm", &attn) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
+    be->small_gemm = !strcmp(attn, "openblas") ? 0 : cpu_small_gemm_level();
+    if (!strcmp(attn, "mpx-avx2") && be->small_gemm > 1) be->small_gemm = 1;
     /* OpenBLAS keeps its thread count process-wide, the one global the backend sets: 1,
      * since the pool threads the GEMMs (cpu_gemm.c). */
     openblas_set_num_threads(1);
@@ -79,8 +87,9 @@ static int cpu_create(mpx_env *env, void **out)
         cpu_destroy(be);
         return MPX_ERR_NOMEM;
     }
-    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s", be->threads,
-             openblas_get_config(), be->has_f16c ? ", F16C" : "");
+    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s; attention GEMMs: %s", be->threads,
+             openblas_get_config(), be->has_f16c ? ", F16C" : "",
+             be->small_gemm == 2 ? "mpx avx512" : be->small_gemm == 1 ? "mpx avx2" : "openblas");
     *out = be;
     return MPX_OK;
 }
@@ -183,7 +192,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.0.0",
+    .version = "1.1.0",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),

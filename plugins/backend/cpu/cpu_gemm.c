@@ -201,9 +201,10 @@ static operand item(const operand *o, int b)
 
 typedef struct gemm_bufs { float *a, *b, *c; } gemm_bufs;
 
-/* Batch item b, start to finish: convert what needs it into `w`, sgemm, round C back.
- * `pool` NULL keeps the conversions on the calling thread. */
-static void gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operand *oa,
+/* Batch item b, start to finish: convert what needs it into `w`, sgemm (or the attention
+ * kernel, cpu_gemm_small.c), round C back. `pool` NULL keeps the conversions on the
+ * calling thread. 0, or -1 when the attention kernel is out of memory. */
+static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operand *oa,
                       const operand *ob, const operand *oc, int b, const gemm_bufs *w)
 {
     operand ia = item(oa, b), ib = item(ob, b), ic = item(oc, b);
@@ -219,8 +220,13 @@ static void gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const opera
         ldc = g->n;
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
-    cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
+    if (cpu_small_gemm_fits(be, g)) {
+        if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc)) return -1;
+    } else {
+        cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
+    }
     if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
+    return 0;
 }
 
 /* Buffer sizes (floats) for one item; 0 where the operand is used in place. */
@@ -249,7 +255,8 @@ static void batch_items(void *vj, size_t begin, size_t end)
         if (!mem) { atomic_store(&j->failed, 1); return; }
     }
     gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL };
-    for (size_t b = begin; b < end; b++) gemm_item(j->be, NULL, j->g, j->oa, j->ob, j->oc, (int)b, &w);
+    for (size_t b = begin; b < end; b++)
+        if (gemm_item(j->be, NULL, j->g, j->oa, j->ob, j->oc, (int)b, &w)) atomic_store(&j->failed, 1);
     free(mem);
 }
 
@@ -274,7 +281,10 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
         (sz[1] && !(w.b = cpu_ws(be, 1, sz[1] * sizeof(float)))) ||
         (sz[2] && !(w.c = cpu_ws(be, 2, sz[2] * sizeof(float)))))
         return MPX_ERR_NOMEM;
-    for (int b = 0; b < g->batch; b++) gemm_item(be, be->pool, g, oa, ob, oc, b, &w);
+    for (int b = 0; b < g->batch; b++)
+        if (gemm_item(be, be->pool, g, oa, ob, oc, b, &w))
+            return (void)CPU_FAIL(be, "cpu gemm: out of memory for the attention kernel's panel (k=%d n=%d)", g->k, g->n),
+                   MPX_ERR_NOMEM;
     return MPX_OK;
 }
 

@@ -50,7 +50,19 @@ typedef struct cpu_be {
     const mpx_format *fmt[MPX_FORMAT_END - MPX_FORMAT_FIRST];
     float *lut[MPX_FORMAT_END - MPX_FORMAT_FIRST];
     int fp8_acc;           /* option fp8_accumulate: CPU_FP8_ACC_* */
+    int small_gemm;        /* option attention_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
 } cpu_be;
+
+/* ---- the attention GEMMs (cpu_gemm_small.c) ---- */
+#define CPU_SMALL_MAX 64
+/* 2: AVX-512F, 1: AVX2 + FMA, 0: neither (OpenBLAS keeps these shapes). */
+int cpu_small_gemm_level(void);
+/* Whether the kernel takes this GEMM: batched, K or N at most CPU_SMALL_MAX. */
+int cpu_small_gemm_fits(const cpu_be *be, const mpx_gemm *g);
+/* One batch item over fp32 operands as cblas_sgemm reads them (g's transposes and sizes,
+ * row-major); 0, or -1 when out of memory. */
+int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
+                   float *C, int ldc);
 
 /* How an 8-bit GEMM accumulates (option fp8_accumulate): fp32 (OpenBLAS), or an H100's
  * tensor cores per mmaemu's model (cpu_gemm_h100.c), slow or fast accumulation. */
