@@ -269,22 +269,29 @@ Test(sweep, bad_sweep_files_name_the_file_and_line)
 }
 
 /* A cell's folder hashes what the run computes: train.checkpoint_every (how often the
- * training state is saved; a resumed run equals an uninterrupted one) and run.output_dir
- * leave it unchanged, any other key moves it. */
+ * training state is saved; a resumed run equals an uninterrupted one), train.update_chunk
+ * (the optimizer's window; bitwise the same run) and run.output_dir leave it unchanged,
+ * any other key moves it. A cell finished with another update_chunk is found finished. */
 Test(sweep, cell_folders_ignore_where_and_how_often_state_is_saved)
 {
     char *dir = ts_tmpdir("sweep-hash"), *file = sweep_file(dir, "h", "{ key = \"optimizer.lr\"; values = (0.05); }");
-    char plain[4096], ckpt[4096], other[4096], moved[4096];
+    char plain[4096], ckpt[4096], chunk[4096], other[4096], moved[4096];
     cr_assert_eq(sweep(dir, file, "", "--dry-run", plain, sizeof plain), 0);
     cr_assert_eq(sweep(dir, file, "", "-s train.checkpoint_every=3 --dry-run", ckpt, sizeof ckpt), 0);
+    cr_assert_eq(sweep(dir, file, "", "-s train.update_chunk=37 --dry-run", chunk, sizeof chunk), 0);
     cr_assert_eq(sweep(dir, file, "", "-s train.log_every=3 --dry-run", other, sizeof other), 0);
     cr_assert_str_eq(ckpt, plain);
+    cr_assert_str_eq(chunk, plain);
     cr_assert_str_neq(other, plain);
     cr_assert_eq(ts_sh(moved, sizeof moved, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
                        "--dry-run 2>/dev/null | sed 's|%s/out|X|'", file, dir, dir), 0);
     cr_assert_eq(ts_sh(other, sizeof other, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/elsewhere\"' -s "
                        "train.epochs=2 --dry-run 2>/dev/null | sed 's|%s/elsewhere|X|'", file, dir, dir), 0);
     cr_assert_str_eq(other, moved);
+    cr_assert(strstr(plain, "todo "), "%s", plain);
+    cr_assert_eq(sweep(dir, file, "", "-s train.update_chunk=37", other, sizeof other), 0, "%s", other);
+    cr_assert_eq(sweep(dir, file, "", "--dry-run", chunk, sizeof chunk), 0);
+    cr_assert(strstr(chunk, "finished ") && !strstr(chunk, "todo "), "the cell run with update_chunk = 37:\n%s", chunk);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 
 }

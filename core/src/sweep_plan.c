@@ -63,9 +63,12 @@ static int build_cell(const mpx_sweep *sw, size_t cell, const char *const *user_
 /* sha256 of the requested configuration (what the base file and the overrides set, as
  * validated; schema defaults left out, so that a key added to mpx later does not move
  * every finished cell of a long study) with run.output_dir blanked and
- * train.checkpoint_every left out (where a run writes and how often it saves its training
- * state do not change what it computes: a resumed run equals an uninterrupted one,
- * tests/test_resume.c); first 8 hex digits. */
+ * train.checkpoint_every and train.update_chunk left out (where a run writes, how often
+ * it saves its training state and how large its optimizer's update windows are do not
+ * change what it computes: tests/test_resume.c, tests/test_update_window.c; so a sweep
+ * resumed with another value finds its finished cells); first 8 hex digits.
+ * backend.cpu.threads, which mpx matrix also ignores, stays in: the committed studies
+ * set it in their files, and leaving it out would rename every one of their cells. */
 static void hash_config(mpx_config *cfg, char id[32])
 {
     char err[512], *text = NULL;
@@ -73,6 +76,7 @@ static void hash_config(mpx_config *cfg, char id[32])
     uint8_t digest[32];
     mpx_config_set(cfg, "run.output_dir=\"\"", err, sizeof err); /* best effort */
     mpx_config_remove(cfg, "train.checkpoint_every");
+    mpx_config_remove(cfg, "train.update_chunk");
     FILE *f = open_memstream(&text, &len);
     if (!f || mpx_config_write_requested(cfg, f) != 0) len = 0;
     if (f) fclose(f);
