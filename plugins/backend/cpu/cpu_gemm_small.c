@@ -88,18 +88,16 @@ static void store_partial(const small_gemm *s, int i0, int j0, int rows, int w, 
 #if defined(__x86_64__) || defined(__i386__)
 #define Z512() _mm512_setzero_ps()
 #define Z256() _mm256_setzero_ps()
-SMALL_TILE(tile512_8x1, "avx512f", __m512, 16, 8, 1, Z512, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps,
-           _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-SMALL_TILE(tile512_8x2, "avx512f", __m512, 16, 8, 2, Z512, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps,
-           _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-SMALL_TILE(tile512_4x3, "avx512f", __m512, 16, 4, 3, Z512, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps,
-           _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-SMALL_TILE(tile512_4x4, "avx512f", __m512, 16, 4, 4, Z512, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps,
-           _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-SMALL_TILE(tile256_4x2, "avx2,fma", __m256, 8, 4, 2, Z256, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps,
-           _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
-SMALL_TILE(tile256_3x4, "avx2,fma", __m256, 8, 3, 4, Z256, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps,
-           _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
+#define TILE512(NAME, R, NV) SMALL_TILE(NAME, "avx512f", __m512, 16, R, NV, Z512, _mm512_loadu_ps, _mm512_set1_ps, \
+                                        _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
+#define TILE256(NAME, R, NV) SMALL_TILE(NAME, "avx2,fma", __m256, 8, R, NV, Z256, _mm256_loadu_ps, _mm256_set1_ps, \
+                                        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
+TILE512(tile512_8x1, 8, 1)
+TILE512(tile512_8x2, 8, 2)
+TILE512(tile512_4x3, 4, 3)
+TILE512(tile512_4x4, 4, 4)
+TILE256(tile256_4x2, 4, 2)
+TILE256(tile256_3x4, 3, 4)
 #endif
 
 int cpu_small_gemm_level(void)
