@@ -6,7 +6,7 @@ LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/shar
             core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
             core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
             core/src/cmd_check.c core/src/compat.c core/src/check_report.c core/src/cmd_run.c core/src/launch.c core/src/diagnostics.c \
-            core/src/format_table.c core/src/scaling.c core/src/update_window.c
+            core/src/format_table.c core/src/scaling.c core/src/update_window.c core/src/opt_threads.c core/src/thread_pool.c
 CORE_SRCS += core/src/main.c
 
 # make install PREFIX=...: the binary, the plugins (lib/mpx), the ABI headers and mpx.pc,

@@ -18,3 +18,4 @@ $(eval $(call add_test,test_formats,tests/test_formats.c,))
 $(eval $(call add_test,test_fp8_policies,tests/test_fp8_policies.c,))
 $(BUILD)/tests/test_fp8_policies: $(BUILD)/test-plugins/abi10_bf16.so
 $(eval $(call add_test,test_update_window,tests/test_update_window.c $(TEST_SHELL),))
+$(eval $(call add_test,test_update_threads,tests/test_update_threads.c $(TEST_SHELL),))

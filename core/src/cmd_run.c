@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "launch.h"
+#include "opt_threads.h"
 #include "provenance.h"
 #include "record.h"
 #include "shard.h"
@@ -91,6 +92,8 @@ static json_t *memory_report(const mpx_session *s, const double *table)
     json_object_set_new(m, "owned_elements", json_integer((json_int_t)s->shard_len));
     /* the core's fp32 step buffers (update_window.h) and the process's peak resident set */
     json_object_set_new(m, "update_window_elements", json_integer((json_int_t)s->upd.chunk));
+    /* the threads the optimizer's update ran on (train.update_threads, opt_threads.h) */
+    json_object_set_new(m, "update_threads", json_integer(mpx_opt_threads_count(s->upd.threads)));
     json_object_set_new(m, "update_buffers_bytes", json_integer((json_int_t)mpx_update_buffer_bytes(s)));
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) json_object_set_new(m, "rss_peak_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));

@@ -75,6 +75,10 @@ static const mpx_option train_opts[] = {
     OPT("update_chunk", MPX_OPT_INT, "1048576", RANGE(0, INFINITY),
         "elements per optimizer update window: the fp32 gradient and update buffers hold one window, not the "
         "model (results unchanged); 0 = the whole shard at once"),
+    OPT("update_threads", MPX_OPT_INT, "0", RANGE(0, 256),
+        "threads the optimizer's update runs on (optimizers that declare MPX_OPT_CONCURRENT: adam, adamw, sgd; "
+        "results bitwise the same for any count); 0 = as the backend's threads (backend.cpu.threads, else "
+        "every available core); 1 = one thread"),
     OPT("checkpoint_every", MPX_OPT_INT, "0", RANGE(0, INFINITY),
         "steps between training-state checkpoints (<run>/train_state, for mpx run --resume); 0 = none"),
 };

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opt_threads.h"
 #include "session.h"
 #include "shard.h"
 
@@ -143,6 +144,7 @@ static const mpx_precision_desc *host_precision(mpx_env *env) { return &impl(env
 static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *update)
 {
     mpx_session *s = impl(env)->s;
+    if (impl(env)->defer) return mpx_opt_defer_apply(impl(env)->defer, env, piece, update);
     if (!s->ops) return MPX_FAIL(env, "apply_update before the backend exists");
     /* pieces are indexed from the update window the optimizer was given (s->upd_base,
      * update_window.h; 0 for the whole slice), and `update` is that window's */

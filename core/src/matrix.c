@@ -159,6 +159,8 @@ static json_t *identity(json_t *rec)
      * are bitwise the same either way (tests/test_resume.c, tests/test_update_window.c) */
     json_object_del(flat, "train.checkpoint_every");
     json_object_del(flat, "train.update_chunk");
+    /* the optimizer's threads: bitwise the same for any count (tests/test_update_threads.c) */
+    json_object_del(flat, "train.update_threads");
     return flat;
 }
 

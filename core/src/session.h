@@ -19,6 +19,7 @@ typedef struct mpx_env_impl {
     char label[96];     /* "optimizer/sgd" */
     char sub[128];      /* "optimizer.sgd": where its own options live */
     char err[2048];
+    struct mpx_opt_defer *defer; /* a copy on an update thread: apply_update is recorded (opt_threads.h) */
 } mpx_env_impl;
 
 typedef struct mpx_instance {

@@ -63,10 +63,11 @@ static int build_cell(const mpx_sweep *sw, size_t cell, const char *const *user_
 /* sha256 of the requested configuration (what the base file and the overrides set, as
  * validated; schema defaults left out, so that a key added to mpx later does not move
  * every finished cell of a long study) with run.output_dir blanked and
- * train.checkpoint_every and train.update_chunk left out (where a run writes, how often
- * it saves its training state and how large its optimizer's update windows are do not
- * change what it computes: tests/test_resume.c, tests/test_update_window.c; so a sweep
- * resumed with another value finds its finished cells); first 8 hex digits.
+ * train.checkpoint_every, train.update_chunk and train.update_threads left out (where a
+ * run writes, how often it saves its training state, how large its optimizer's update
+ * windows are and on how many threads the update runs do not change what it computes:
+ * tests/test_resume.c, tests/test_update_window.c, tests/test_update_threads.c; so a
+ * sweep resumed with another value finds its finished cells); first 8 hex digits.
  * backend.cpu.threads, which mpx matrix also ignores, stays in: the committed studies
  * set it in their files, and leaving it out would rename every one of their cells. */
 static void hash_config(mpx_config *cfg, char id[32])
@@ -77,6 +78,7 @@ static void hash_config(mpx_config *cfg, char id[32])
     mpx_config_set(cfg, "run.output_dir=\"\"", err, sizeof err); /* best effort */
     mpx_config_remove(cfg, "train.checkpoint_every");
     mpx_config_remove(cfg, "train.update_chunk");
+    mpx_config_remove(cfg, "train.update_threads");
     FILE *f = open_memstream(&text, &len);
     if (!f || mpx_config_write_requested(cfg, f) != 0) len = 0;
     if (f) fclose(f);

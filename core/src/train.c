@@ -14,6 +14,7 @@
 #include "loss_scaler.h"
 #include "launch.h"
 #include "nonfinite.h"
+#include "opt_threads.h"
 #include "schedule_glue.h"
 #include "shard.h"
 #include "train_state.h"
@@ -255,16 +256,12 @@ static int gather_weights(mpx_session *s, char *err, size_t errlen)
 
 static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *err, size_t errlen)
 {
-    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = update_no,
                         .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
     for (int i = 0; i < s->n_state; i++) { st.state[i] = s->state[i]; st.state_scale[i] = s->state_scale[i]; }
-    if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
-        mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
-        return -1;
-    }
+    if (mpx_opt_run(s, &st, 0, err, errlen)) return -1;
     /* master -> weights with the policy's rounding, then every rank's weights whole again */
     if (s->master.p && mpx_write_back_master(s, 0, s->shard_len, s->pieces, s->n_pieces, s->update)) {
         snprintf(err, errlen, "writing the master weights back failed");
@@ -298,7 +295,6 @@ static int update_step(mpx_session *s, const train_cfg *c, double unscale, int64
 int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
 {
     if (s->upd.on) return mpx_update_windows_zero_grad(s, lr, err, errlen);
-    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_shard_weights(s),
                         .grad = s->grad32, .update = s->update };
@@ -307,8 +303,7 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
         snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");
         return -1;
     }
-    if (o->rec->vt.optimizer.step(o->self, &o->env.pub, &st)) {
-        mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
+    if (mpx_opt_run(s, &st, 0, err, errlen)) {
         snprintf(err + strlen(err), errlen - strlen(err), " (the zero-gradient init step)");
         return -1;
     }

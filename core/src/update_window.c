@@ -6,6 +6,7 @@
 
 #include "clip.h"
 #include "diagnostics.h"
+#include "opt_threads.h"
 #include "session.h"
 #include "shard.h"
 
@@ -16,9 +17,7 @@ size_t mpx_staging_elems(const mpx_session *s, size_t n)
     return chunk > 0 && (uint64_t)chunk < n ? (size_t)chunk : n ? n : 1;
 }
 
-/* Optimizer state in fp16 or a format has one scale per tensor (ABI 1.8), which the
- * optimizer sets from the amax over the whole piece: its update is then not elementwise. */
-static int scaled_state(const mpx_session *s)
+int mpx_session_state_scaled(const mpx_session *s)
 {
     for (int i = 0; i < MPX_MAX_OPT_STATE; i++)
         if (mpx_opt_state_scaled(mpx_opt_state_dtype(&s->prec, i))) return 1;
@@ -35,7 +34,7 @@ static size_t chunk_for(const mpx_session *s, size_t n)
     const mpx_optimizer_vtable *vt = o->rec ? &o->rec->vt.optimizer : NULL;
     int elementwise = vt && o->rec->desc.abi_minor >= 6 &&
                       vt->size >= offsetof(mpx_optimizer_vtable, flags) + sizeof vt->flags &&
-                      (vt->flags & MPX_OPT_ELEMENTWISE) && !scaled_state(s);
+                      (vt->flags & MPX_OPT_ELEMENTWISE) && !mpx_session_state_scaled(s);
     return elementwise && chunk < n ? chunk : n;
 }
 
@@ -133,6 +132,7 @@ int mpx_update_plan_make(mpx_session *s, char *err, size_t errlen)
     }
     if (!(s->update = scratch(s, upd, u->on ? "optimizer update (one update window)" : "optimizer update", err, errlen)))
         return -1;
+    if (mpx_opt_threads_create(s, &u->threads, err, errlen)) return -1;
     if (!u->on) return 0;
     size_t nw, np;
     cut(s, u, upd, 0, &nw, &np);
@@ -150,6 +150,7 @@ int mpx_update_plan_make(mpx_session *s, char *err, size_t errlen)
 
 void mpx_update_plan_free(mpx_update_plan *u)
 {
+    mpx_opt_threads_free(u->threads);
     free(u->w);
     free(u->pieces);
     free(u->src);
@@ -196,19 +197,15 @@ int mpx_write_back_master(mpx_session *s, size_t base, size_t len, const mpx_pie
 static int window_step(mpx_session *s, const mpx_update_window *w, const float *grad, int64_t update_no, double lr,
                        char *err, size_t errlen)
 {
-    mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     mpx_arg param = s->master.p ? s->master : mpx_shard_weights(s);
     mpx_opt_step st = { .size = sizeof st, .pieces = s->upd.pieces + w->first, .n_pieces = w->n, .lr = lr,
                         .step = update_no, .param = mpx_at(param, w->base), .grad = grad, .update = s->update };
     for (int i = 0; i < s->n_state; i++) st.state[i] = mpx_at(s->state[i], w->base);
-    s->upd_base = w->base;
-    int rc = o->rec->vt.optimizer.step(o->self, &o->env.pub, &st);
-    s->upd_base = 0;
-    if (rc) {
-        mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
+    if (mpx_opt_run(s, &st, w->base, err, errlen)) {
         snprintf(err + strlen(err), errlen - strlen(err), " (update window at element %zu)", w->base);
+        return -1;
     }
-    return rc ? -1 : 0;
+    return 0;
 }
 
 /* The window's fp32 gradient: a slice of the whole copy, or cast from the reduced slice

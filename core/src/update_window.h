@@ -36,13 +36,19 @@ typedef struct mpx_update_plan {
     mpx_piece *pieces;     /* cut to the windows, offsets relative to their window */
     size_t *src, *src_off; /* per cut piece: the shard piece it comes from, where in it */
     float *grad;           /* one window's fp32 gradient when there is no whole copy */
+    struct mpx_opt_threads *threads; /* the optimizer on several threads, or NULL (opt_threads.h) */
 } mpx_update_plan;
 
 /* After the state is allocated: decides whether the step goes window by window and
  * allocates s->grad32 (the whole fp32 gradient, or NULL), s->update and the window
- * gradient, counted as scratch. 0, or -1 with err. */
+ * gradient, counted as scratch; starts the update threads (train.update_threads).
+ * 0, or -1 with err. */
 int mpx_update_plan_make(mpx_session *s, char *err, size_t errlen);
 void mpx_update_plan_free(mpx_update_plan *u);
+
+/* Whether some optimizer state buffer is in fp16 or a format: one scale per tensor
+ * (ABI 1.8), set from the amax over the whole piece, so the update is not elementwise. */
+int mpx_session_state_scaled(const mpx_session *s);
 
 /* The elements of fp32 scratch the update takes for n_owned owned elements: the
  * gradient (0 when the grads or accumulator are fp32 already) and the update buffer.

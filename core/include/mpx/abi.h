@@ -32,8 +32,10 @@
  *       gathered layer by layer just in time;
  *  1.8  optimizer state in any format: mpx_precision_desc.opt_state_sq (the second
  *       moment's dtype) and mpx_opt_step.state_scale (per-tensor state scales); the
- *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs). */
-#define MPX_ABI_MINOR 8
+ *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs);
+ *  1.9  MPX_OPT_CONCURRENT in mpx_optimizer_vtable.flags (mpx/optimizer.h): the host may
+ *       run one step's pieces on several threads (train.update_threads). */
+#define MPX_ABI_MINOR 9
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -66,4 +66,17 @@ typedef struct mpx_optimizer_vtable {
  * per-tensor trust ratio, reduced across ranks) must not set it. */
 #define MPX_OPT_ELEMENTWISE 1u
 
+/* ABI 1.9: `step` may be called from several threads at once, each call on its own
+ * disjoint pieces of one window (a piece may be cut in two: its offset, len and
+ * tensor_offset say which part of the tensor) with the same step otherwise, and the
+ * results are bitwise those of one call over all of them. Each call writes only its
+ * pieces' update and state, reads `self` only (no mutable state in it), calls no host
+ * function but error, ops, precision, format, seed and apply_update, and reads a
+ * piece's param only before handing that piece to apply_update: the host applies the
+ * updates after the calls have returned (the backend's ops are not called from those
+ * threads). Implies MPX_OPT_ELEMENTWISE; read only from optimizers of minor 9 or later.
+ * The host uses it on host memory only, and not for optimizer state in fp16 or a format
+ * (whose per-tensor scale needs the whole piece). adam, adamw and sgd declare it. */
+#define MPX_OPT_CONCURRENT 2u
+
 #endif

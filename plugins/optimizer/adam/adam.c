@@ -38,7 +38,7 @@ static const mpx_optimizer_vtable adam_vtable = {
     .n_state = adam_n_state,
     .state_name = adam_state_name,
     .step = adam_step,
-    .flags = MPX_OPT_ELEMENTWISE,
+    .flags = MPX_OPT_ELEMENTWISE | MPX_OPT_CONCURRENT,
 };
 
 static const mpx_plugin_desc adam_desc = {

@@ -34,7 +34,7 @@ static const mpx_optimizer_vtable adamw_vtable = {
     .n_state = adamw_n_state,
     .state_name = adamw_state_name,
     .step = adamw_step,
-    .flags = MPX_OPT_ELEMENTWISE,
+    .flags = MPX_OPT_ELEMENTWISE | MPX_OPT_CONCURRENT,
 };
 
 static const mpx_plugin_desc adamw_desc = {

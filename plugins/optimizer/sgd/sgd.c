@@ -106,7 +106,7 @@ static const mpx_optimizer_vtable sgd_vtable = {
     .n_state = sgd_n_state,
     .state_name = sgd_state_name,
     .step = sgd_step,
-    .flags = MPX_OPT_ELEMENTWISE,
+    .flags = MPX_OPT_ELEMENTWISE | MPX_OPT_CONCURRENT,
 };
 
 static const mpx_plugin_desc sgd_desc = {
