@@ -1,7 +1,9 @@
 /* Benchmark support (not a test): where a training step's time goes, by op class.
  * bench_profile_install() swaps the session's op table (s->ops, which the model reads at
  * bind) and the optimizer's step for timing wrappers that call the originals; every
- * call is timed on the calling thread while profiling is on. Ops the wrappers do not
+ * call is timed on the calling thread while profiling is on (the optimizer's step on
+ * several update threads: the sum of their times, and the updates they hand over are
+ * applied afterwards, under "apply_update outside the optimizer"). Ops the wrappers do not
  * know (slots appended later) keep their originals and land in "not in ops". */
 #ifndef MPX_BENCH_PROFILE_H
 #define MPX_BENCH_PROFILE_H

@@ -6,3 +6,14 @@ $(eval $(call add_test_plugin,fp16_noscale,tests/plugins/fp16_noscale.c,))
 $(eval $(call add_test_plugin,abi10_policy,tests/plugins/abi10_policy.c,))
 # An ABI 1.0 precision plugin (1.0 vtable and descriptor sizes): still loads and runs.
 $(eval $(call add_test_plugin,abi10_bf16,tests/plugins/abi10_bf16.c,))
+# A concurrent optimizer that fails on one parameter (test_update_threads), and the same
+# code claiming ABI 1.8, whose MPX_OPT_CONCURRENT bit the host must not read.
+$(eval $(call add_test_plugin,opt_refuse,tests/plugins/opt_refuse.c,))
+TEST_PLUGINS += $(BUILD)/test-plugins/opt_refuse18.so
+$(BUILD)/obj/tests/abi18/opt_refuse.o: tests/plugins/opt_refuse.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PLUGIN_CFLAGS) $(PKG_CFLAGS) -DOPT_REFUSE_AS_ABI_1_8 -c $< -o $@
+$(BUILD)/test-plugins/opt_refuse18.so: $(BUILD)/obj/tests/abi18/opt_refuse.o core/plugin.map
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) -lm
+$(BUILD)/tests/test_update_threads: $(BUILD)/test-plugins/opt_refuse.so $(BUILD)/test-plugins/opt_refuse18.so

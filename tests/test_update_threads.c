@@ -225,3 +225,61 @@ Test(update_threads, lamb_and_scaled_state_stay_on_one_thread)
     cr_expect_eq(threads_used(dir, "fp8"), 1, "8-bit optimizer state ran on several threads");
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* The refuse optimizer (tests/plugins/opt_refuse.c) fails on every piece of fc1.weight
+ * (parameter 1: 8192 of the toy's 9288 elements, so on 3 threads nearly every group
+ * fails at once, each naming where its piece starts). The error must be the one of one
+ * thread, whole: the group holding the tensor's first element. */
+static void refuse_run(const char *dir, const char *name, const char *plugin, int threads, int param, char *out,
+                       size_t len, int want_fail)
+{
+    int rc = ts_sh(out, len,
+                   "build/bin/mpx run configs/toy.cfg --plugin-dir build/test-plugins -s train.max_steps=3 "
+                   "-s train.update_chunk=0 -s train.update_threads=%d -s 'optimizer.plugin=\"%s\"' "
+                   "-s optimizer.%s.refuse_param=%d --out %s/%s 2>&1",
+                   threads, plugin, plugin, param, dir, name);
+    if (want_fail) cr_assert_neq(rc, 0, "%s on %d threads did not fail: %s", plugin, threads, out);
+    else cr_assert_eq(rc, 0, "%s on %d threads: %s", plugin, threads, out);
+}
+
+static void refusal_line(const char *out, char *line, size_t len)
+{
+    const char *p = strstr(out, "refusing");
+    cr_assert_not_null(p, "no refusal in: %s", out);
+    while (p > out && p[-1] != '\n') p--;
+    size_t n = strcspn(p, "\n");
+    cr_assert_lt(n, len);
+    memcpy(line, p, n);
+    line[n] = 0;
+}
+
+Test(update_threads, the_first_failing_group_is_reported_whole)
+{
+    char *dir = ts_tmpdir("upd-threads-err");
+    char out[8192], one[1024], three[1024];
+    refuse_run(dir, "e1", "refuse", 1, 1, out, sizeof out, 1);
+    refusal_line(out, one, sizeof one);
+    cr_expect(strstr(one, "optimizer/refuse: refusing parameter 1 from element 0 of its tensor (opt_refuse.c:"),
+              "one thread: %s", one);
+    for (int i = 0; i < 5; i++) { /* five tries: which group fails first in time varies */
+        char name[16];
+        snprintf(name, sizeof name, "e3-%d", i);
+        refuse_run(dir, name, "refuse", 3, 1, out, sizeof out, 1);
+        refusal_line(out, three, sizeof three);
+        cr_expect_str_eq(three, one, "three threads: \"%s\", one thread: \"%s\"", three, one);
+    }
+    refuse_run(dir, "ok", "refuse", 3, -1, out, sizeof out, 0);
+    cr_expect_eq(threads_used(dir, "ok"), 3, "refuse did not run on 3 threads");
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
+/* refuse18 is the same code claiming ABI 1.8, with the same flag bits: MPX_OPT_CONCURRENT
+ * means nothing before 1.9, so it runs on one thread. */
+Test(update_threads, an_abi_1_8_optimizer_stays_on_one_thread)
+{
+    char *dir = ts_tmpdir("upd-threads-18");
+    char out[8192];
+    refuse_run(dir, "r18", "refuse18", 3, -1, out, sizeof out, 0);
+    cr_expect_eq(threads_used(dir, "r18"), 1, "an ABI 1.8 optimizer ran on several threads");
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
