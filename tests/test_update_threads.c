@@ -150,14 +150,7 @@ static long long threads_used(const char *dir, const char *name)
 
 static void expect_same_file(const char *dir, const char *a, const char *b, const char *file, const char *what)
 {
-    char pa[700], pb[700];
-    snprintf(pa, sizeof pa, "%s/%s/%s", dir, a, file);
-    snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, file);
-    size_t na, nb;
-    char *x = ts_slurp(pa, &na), *y = ts_slurp(pb, &nb);
-    cr_expect(na == nb && memcmp(x, y, na) == 0, "%s: %s differs between %s and %s", what, file, a, b);
-    free(x);
-    free(y);
+    cr_expect(ts_same_file(dir, a, b, file), "%s: %s differs between %s and %s", what, file, a, b);
 }
 
 /* `extra` on 1, 2 and 3 threads: all bitwise as the first; each ran on the threads asked. */
@@ -190,28 +183,27 @@ static const char *const policies[] = {
     "-s 'precision.plugin=\"pure-bf16\"' -s 'optimizer.plugin=\"adam\"' -s optimizer.adam.anyprecision=true",
 };
 
-Test(update_threads, bitwise_equal_to_one_thread_over_the_whole_shard, .timeout = 120)
+/* Every policy on 1, 2 and 3 threads with train.update_chunk = chunk (0: the whole shard). */
+static void compare_policies(const char *tag, int chunk)
 {
-    char *dir = ts_tmpdir("upd-threads");
+    char *dir = ts_tmpdir(tag);
     for (size_t i = 0; i < sizeof policies / sizeof *policies; i++) {
-        char tag[16], extra[512];
-        snprintf(tag, sizeof tag, "w%zu", i);
-        snprintf(extra, sizeof extra, "-s train.update_chunk=0 %s", policies[i]);
-        compare_threads(dir, tag, extra);
+        char name[16], extra[512];
+        snprintf(name, sizeof name, "p%zu", i);
+        snprintf(extra, sizeof extra, "-s train.update_chunk=%d %s", chunk, policies[i]);
+        compare_threads(dir, name, extra);
     }
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
+Test(update_threads, bitwise_equal_to_one_thread_over_the_whole_shard, .timeout = 120)
+{
+    compare_policies("upd-threads", 0);
+}
+
 Test(update_threads, bitwise_equal_to_one_thread_in_windows_of_37, .timeout = 120)
 {
-    char *dir = ts_tmpdir("upd-threads-win");
-    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++) {
-        char tag[16], extra[512];
-        snprintf(tag, sizeof tag, "c%zu", i);
-        snprintf(extra, sizeof extra, "-s train.update_chunk=37 %s", policies[i]);
-        compare_threads(dir, tag, extra);
-    }
-    ts_sh(NULL, 0, "rm -rf %s", dir);
+    compare_policies("upd-threads-win", 37);
 }
 
 /* LAMB (trust ratios need whole tensors) and 8-bit optimizer state (one scale per tensor

@@ -33,14 +33,7 @@ static void toy_run(const char *dir, const char *name, int chunk, const char *ra
 
 static void expect_same_file(const char *dir, const char *a, const char *b, const char *file, const char *what)
 {
-    char pa[700], pb[700];
-    snprintf(pa, sizeof pa, "%s/%s/%s", dir, a, file);
-    snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, file);
-    size_t na, nb;
-    char *x = ts_slurp(pa, &na), *y = ts_slurp(pb, &nb);
-    cr_expect(na == nb && memcmp(x, y, na) == 0, "%s: %s differs between the whole-shard and windowed update", what, file);
-    free(x);
-    free(y);
+    cr_expect(ts_same_file(dir, a, b, file), "%s: %s differs between the whole-shard and windowed update", what, file);
 }
 
 static json_t *memory_of(const char *dir, const char *name)

@@ -75,6 +75,19 @@ json_t *ts_load_json(const char *path)
     return j;
 }
 
+int ts_same_file(const char *dir, const char *a, const char *b, const char *file)
+{
+    char pa[1024], pb[1024];
+    snprintf(pa, sizeof pa, "%s/%s/%s", dir, a, file);
+    snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, file);
+    size_t na, nb;
+    char *x = ts_slurp(pa, &na), *y = ts_slurp(pb, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 char *ts_metrics_rows(const char *dir)
 {
     char path[1024];

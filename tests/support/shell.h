@@ -19,6 +19,9 @@ void ts_write_file(const char *path, const char *text);
 /* The whole file, NUL-terminated (malloc'd); its length in *n when n is not NULL. */
 char *ts_slurp(const char *path, size_t *n);
 
+/* Whether the files DIR/A/FILE and DIR/B/FILE hold the same bytes (each must exist). */
+int ts_same_file(const char *dir, const char *a, const char *b, const char *file);
+
 /* DIR/metrics.csv without its two timing columns (tokens/s, elapsed): what two runs
  * that should agree bitwise must share (malloc'd). */
 char *ts_metrics_rows(const char *dir);
