@@ -150,6 +150,13 @@ int mpx_opt_defer_apply(mpx_opt_defer *d, mpx_env *env, const mpx_piece *piece, 
     return MPX_OK;
 }
 
+/* Whether b is the part of a's piece that follows a. */
+static int continues(const mpx_piece *a, const mpx_piece *b)
+{
+    return b->param == a->param && b->offset == a->offset + a->len && b->tensor_offset == a->tensor_offset + a->len &&
+           b->site == a->site && b->weight_decay == a->weight_decay && b->tensor_numel == a->tensor_numel;
+}
+
 static void group_step(void *ctx, size_t g)
 {
     mpx_opt_threads *t = ctx;
@@ -212,11 +219,16 @@ int mpx_opt_run(mpx_session *s, const mpx_opt_step *st, size_t base, char *err, 
         mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
         return -1;
     }
-    /* the updates into the master or the weights, in piece order, on the backend's threads */
+    /* the updates into the master or the weights, in piece order, on the backend's threads;
+     * the parts of a piece that was cut go in one call again (the op is elementwise) */
     s->upd_base = base;
     int rc = 0;
-    for (size_t i = 0; !rc && i < np; i++)
-        if (t->upd[i]) rc = mpx_core_host.apply_update(&o->env.pub, &t->cut[i], t->upd[i]);
+    for (size_t i = 0, j; !rc && i < np; i = j) {
+        mpx_piece whole = t->cut[i];
+        for (j = i + 1; j < np && continues(&t->cut[j - 1], &t->cut[j]) && t->upd[j] == t->upd[i]; j++)
+            whole.len += t->cut[j].len;
+        if (t->upd[i]) rc = mpx_core_host.apply_update(&o->env.pub, &whole, t->upd[i]);
+    }
     s->upd_base = 0;
     if (rc) mpx_session_error(s, MPX_KIND_OPTIMIZER, err, errlen);
     return rc ? -1 : 0;
