@@ -275,3 +275,31 @@ Test(update_threads, an_abi_1_8_optimizer_stays_on_one_thread)
     cr_expect_eq(threads_used(dir, "r18"), 1, "an ABI 1.8 optimizer ran on several threads");
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* ZeRO stage 2 at 2 ranks: the second rank's slice starts inside a tensor, so its first
+ * piece already has a tensor_offset, which its cut parts add to (stochastic rounding
+ * without a master copy draws by it). 1 and 3 threads: the same loss curve and norms. */
+Test(update_threads, bitwise_equal_at_zero_stage_2_on_2_ranks, .timeout = 120)
+{
+    char *dir = ts_tmpdir("upd-threads-ranks");
+    char out[4096], path[2][700];
+    char *rows[2];
+    for (int i = 0; i < 2; i++) {
+        int threads = i ? 3 : 1;
+        int rc = ts_sh(out, sizeof out,
+                       "build/bin/mpx run configs/toy.cfg --ranks 2 -s train.max_steps=20 -s train.log_every=3 "
+                       "-s train.update_threads=%d -s 'zero.plugin=\"stage2\"' -s 'precision.plugin=\"pure-bf16\"' "
+                       "-s 'optimizer.plugin=\"adam\"' -s 'precision.rounding=\"stochastic\"' --out %s/r%d 2>&1",
+                       threads, dir, threads);
+        cr_assert_eq(rc, 0, "%d threads at 2 ranks: %s", threads, out);
+        snprintf(path[i], sizeof path[i], "%s/r%d", dir, threads);
+        rows[i] = ts_metrics_rows(path[i]);
+    }
+    cr_expect_str_eq(rows[1], rows[0], "stage 2 at 2 ranks: loss, lr or grad_norm differ on 3 threads");
+    char name[16];
+    snprintf(name, sizeof name, "r3");
+    cr_expect_eq(threads_used(dir, name), 3, "the update did not run on 3 threads at 2 ranks");
+    free(rows[0]);
+    free(rows[1]);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
