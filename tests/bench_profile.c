@@ -10,7 +10,7 @@
 #include <time.h>
 
 enum {
-    C_GEMM, C_ATTN_GEMM, C_SOFTMAX, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS, C_ELEMENTWISE,
+    C_GEMM, C_ATTN_GEMM, C_SOFTMAX, C_SOFTMAX_DROPOUT, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS, C_ELEMENTWISE,
     C_CAST, C_EMBEDDING, C_LOSS, C_REDUCE, C_OPTIMIZER, C_WRITE_BACK, C_MEMORY, N_CLASSES
 };
 
@@ -18,6 +18,7 @@ static const char *const class_name[N_CLASSES] = {
     [C_GEMM] = "GEMM, linear layers (batch 1)",
     [C_ATTN_GEMM] = "GEMM, attention (QK^T, PV: batched)",
     [C_SOFTMAX] = "softmax fwd/bwd",
+    [C_SOFTMAX_DROPOUT] = "softmax + attention dropout, fused",
     [C_LAYERNORM] = "layernorm fwd/bwd",
     [C_GELU] = "GELU fwd/bwd",
     [C_DROPOUT] = "dropout fwd/bwd",
@@ -98,6 +99,16 @@ static int w_sm_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t b
 static int w_sm_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t r, size_t c, float sc)
 {
     TIMED(C_SOFTMAX, real->softmax_bwd(be, dy, y, dx, r, c, sc));
+}
+static int w_smd_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd, size_t b, size_t h,
+                     size_t r, size_t c, float sc, float p, mpx_rng rng)
+{
+    TIMED(C_SOFTMAX_DROPOUT, real->softmax_dropout_fwd(be, x, mask, y, yd, b, h, r, c, sc, p, rng));
+}
+static int w_dsm_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t r, size_t c, float sc, float p,
+                     mpx_rng rng)
+{
+    TIMED(C_SOFTMAX_DROPOUT, real->dropout_softmax_bwd(be, dyd, y, dx, r, c, sc, p, rng));
 }
 static int w_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_GELU, real->gelu_fwd(be, x, y, n)); }
 static int w_gelu_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
@@ -183,6 +194,10 @@ int bench_profile_install(mpx_session *s)
     wrapped.sum_squares = w_sumsq;
     wrapped.count_nonfinite = w_nonfinite;
     wrapped.apply_update = w_apply;
+    if (MPX_OPS_HAS(real, dropout_softmax_bwd)) {
+        if (real->softmax_dropout_fwd) wrapped.softmax_dropout_fwd = w_smd_fwd;
+        if (real->dropout_softmax_bwd) wrapped.dropout_softmax_bwd = w_dsm_bwd;
+    }
     s->ops = &wrapped;
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     opt_rec = *o->rec;

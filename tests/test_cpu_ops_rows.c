@@ -183,6 +183,96 @@ Test(softmax, forward_and_backward_every_combination)
     tb_close(&t);
 }
 
+static int same_bits(mpx_arg a, mpx_arg b, size_t n, size_t *at)
+{
+    const size_t es = mpx_dtype_size(a.t);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)a.p + i * es, (const char *)b.p + i * es, es)) { *at = i; return 0; }
+    return 1;
+}
+
+/* ABI 1.10's fused softmax + dropout against the two ops run one after the other (each
+ * checked against its reference above and in test_cpu_ops.c): the same bits for every
+ * dtype combination, with 33 columns so that rows start mid Philox block, a stream
+ * offset, two threads, and the output aliasing the input where the ABI allows it. The
+ * fp32 case is also checked against the double reference softmax times the reference
+ * mask from the counter layout. */
+Test(softmax, fused_with_dropout_is_the_two_ops_bit_for_bit)
+{
+    tb t = tb_open(2);
+    cr_assert(MPX_OPS_HAS(t.ops, dropout_softmax_bwd) && t.ops->softmax_dropout_fwd && t.ops->dropout_softmax_bwd,
+              "the cpu backend offers the fused ops");
+    const size_t B = 2, H = 3, Rr = 5, Cc = 33, n = B * H * Rr * Cc, rows = B * H * Rr;
+    const float p = 0.3f;
+    const mpx_rng rng = { 0x1234abcdULL, 77, 5, 7 };
+    double *xv = dbl(n), *mv = dbl(B * Cc), *ref = dbl(n), *dyv = dbl(n);
+    size_t at = 0;
+    for (int ix = 0; ix < 3; ix++)
+        for (int iy = 0; iy < 3; iy++)
+            for (int id = 0; id < 3; id++)
+                for (int im = 0; im < 2; im++) {
+                    mpx_arg x = tb_alloc(&t, FLOAT_TYPES[ix], n), mask = im ? tb_alloc(&t, MPX_F32, B * Cc) : mpx_a(NULL, MPX_F32);
+                    mpx_arg y1 = tb_alloc(&t, FLOAT_TYPES[iy], n), y2 = tb_alloc(&t, FLOAT_TYPES[iy], n);
+                    mpx_arg d1 = tb_alloc(&t, FLOAT_TYPES[id], n), d2 = tb_alloc(&t, FLOAT_TYPES[id], n);
+                    fill_random(x, n, xv, 70 + ix, -4, 4);
+                    if (mask.p) {
+                        for (size_t i = 0; i < B * Cc; i++) mv[i] = (i % 5 == 2) ? -10000.0 : 0.0;
+                        store_vals(mask, B * Cc, mv);
+                    }
+                    cr_assert_eq(t.ops->softmax_fwd(t.be, x, mask, y1, B, H, Rr, Cc, 0.125f), 0, "%s", tb_error(&t));
+                    cr_assert_eq(t.ops->dropout_fwd(t.be, y1, d1, n, p, rng), 0, "%s", tb_error(&t));
+                    cr_assert_eq(t.ops->softmax_dropout_fwd(t.be, x, mask, y2, d2, B, H, Rr, Cc, 0.125f, p, rng), 0,
+                                 "%s", tb_error(&t));
+                    cr_assert(same_bits(y1, y2, n, &at), "x %d y %d yd %d mask %d: probabilities differ at %zu",
+                              ix, iy, id, im, at);
+                    cr_assert(same_bits(d1, d2, n, &at), "x %d y %d yd %d mask %d: dropped probabilities differ at %zu",
+                              ix, iy, id, im, at);
+                    if (ix == 0 && iy == 0 && id == 0) {
+                        ref_softmax(xv, mask.p ? mv : NULL, ref, B, H, Rr, Cc, 0.125);
+                        for (size_t i = 0; i < n; i++) ref[i] = ref_dropout_keep(rng, rng.offset + i, p) ? ref[i] / (1.0 - p) : 0.0;
+                        check_out("softmax_dropout_fwd vs reference", d2, ref, n, 0.1, NULL, 0.9);
+                    }
+                }
+    /* backward: dx = softmax_bwd(dropout_bwd(dyd) in dyd's dtype, y) */
+    for (int id = 0; id < 3; id++)
+        for (int iy = 0; iy < 3; iy++)
+            for (int ix = 0; ix < 3; ix++) {
+                mpx_arg dyd = tb_alloc(&t, FLOAT_TYPES[id], n), y = tb_alloc(&t, FLOAT_TYPES[iy], n);
+                mpx_arg dp = tb_alloc(&t, FLOAT_TYPES[id], n);
+                mpx_arg dx1 = tb_alloc(&t, FLOAT_TYPES[ix], n), dx2 = tb_alloc(&t, FLOAT_TYPES[ix], n);
+                fill_random(dyd, n, dyv, 80 + id, -1, 1);
+                fill_random(y, n, xv, 90 + iy, 0, 0.06);
+                cr_assert_eq(t.ops->dropout_bwd(t.be, dyd, dp, n, p, rng), 0);
+                cr_assert_eq(t.ops->softmax_bwd(t.be, dp, y, dx1, rows, Cc, 0.5f), 0);
+                cr_assert_eq(t.ops->dropout_softmax_bwd(t.be, dyd, y, dx2, rows, Cc, 0.5f, p, rng), 0, "%s", tb_error(&t));
+                cr_assert(same_bits(dx1, dx2, n, &at), "dyd %d y %d dx %d: gradients differ at %zu", id, iy, ix, at);
+                if (ix == id) {   /* in place: dx over dyd (same dtype) */
+                    cr_assert_eq(t.ops->dropout_softmax_bwd(t.be, dyd, y, dyd, rows, Cc, 0.5f, p, rng), 0);
+                    cr_assert(same_bits(dx1, dyd, n, &at), "in place, dtype %d: differs at %zu", id, at);
+                }
+                if (id == 0 && iy == 0 && ix == 0) {
+                    for (size_t r = 0; r < rows; r++) {
+                        double dot = 0;
+                        for (size_t c = 0; c < Cc; c++) {
+                            size_t i = r * Cc + c;
+                            double g = ref_dropout_keep(rng, rng.offset + i, p) ? dyv[i] / (1.0 - p) : 0.0;
+                            ref[i] = g;
+                            dot += g * xv[i];
+                        }
+                        for (size_t c = 0; c < Cc; c++) ref[r * Cc + c] = 0.5 * xv[r * Cc + c] * (ref[r * Cc + c] - dot);
+                    }
+                    check_out("dropout_softmax_bwd vs reference", dx2, ref, n, 0.05, NULL, 0.9);
+                }
+            }
+    mpx_arg a = tb_alloc(&t, MPX_F32, n), b16 = mpx_a(a.p, MPX_BF16), y = tb_alloc(&t, MPX_F32, n);
+    cr_expect_neq(t.ops->dropout_softmax_bwd(t.be, a, y, b16, rows, Cc, 1.0f, p, rng), 0, "aliasing across dtypes is refused");
+    cr_expect_neq(t.ops->dropout_softmax_bwd(t.be, a, y, a, rows, Cc, 1.0f, 1.5f, rng), 0, "p = 1.5 is refused");
+    cr_expect_neq(t.ops->softmax_dropout_fwd(t.be, a, mpx_a(NULL, MPX_F32), y, y, B, H, Rr, Cc, 1.0f, -0.1f, rng), 0,
+                  "p = -0.1 is refused");
+    free(xv); free(mv); free(ref); free(dyv);
+    tb_close(&t);
+}
+
 /* Scores far below the row's maximum: exp underflows to subnormals between about -87
  * and -103.97 and to +0 below. The row sum is 1.0f exactly (the maximum's exp(0) = 1
  * plus terms under 1e-38), so every output is expf(x - max) bit for bit: the vector exp

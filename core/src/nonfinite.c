@@ -377,6 +377,10 @@ int mpx_nonfinite_begin(mpx_session *s, char *err, size_t errlen)
     o->embedding_fwd = w_emb_fwd;
     o->embedding_bwd = w_emb_bwd;
     o->cross_entropy = w_cross_entropy;
+    if (MPX_OPS_HAS(o, dropout_softmax_bwd)) {   /* fused ops off: the model runs each op alone */
+        o->softmax_dropout_fwd = NULL;
+        o->dropout_softmax_bwd = NULL;
+    }
     active = L;
     return 0;
 }

@@ -159,6 +159,15 @@ static inline uint32_t bert_site(int l, int s)
     return BERT_DROPOUT_SITE_BASE + (l < 0 ? 0u : 1u + (uint32_t)l * S_PER_LAYER + (uint32_t)s);
 }
 
+/* The attention dropout is on and the backend fuses it with the softmax (ABI 1.10, the
+ * same bits as the two ops; the non-finite locate pass clears the fused ops so that it
+ * sees each op alone). */
+static inline int bert_fused_attn_dropout(const bert *m)
+{
+    return m->drop_on && m->p_attn > 0.0f && MPX_OPS_HAS(m->ops, dropout_softmax_bwd) &&
+           m->ops->softmax_dropout_fwd && m->ops->dropout_softmax_bwd;
+}
+
 /* Shorthands used by forward and backward. */
 static inline mpx_arg bert_w(const bert *m, size_t p) { return mpx_at(m->W, m->off[p] - m->w_base); }
 static inline mpx_arg bert_g(const bert *m, size_t p) { return mpx_at(m->G, m->off[p]); }

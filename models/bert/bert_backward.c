@@ -134,6 +134,12 @@ static int attention_core_bwd(bert *m, int l)
     mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 };
     mpx_arg g1 = mpx_a(m->gp1, m->dt_sm), dp = g1;
     MPX_TRY(attention_context_bwd(m, a, pd, g1));
+    if (drop && bert_fused_attn_dropout(m)) {   /* the same bits as the two ops below */
+        mpx_arg ds = mpx_a(m->gp2, m->dt_act);
+        MPX_TRY(m->ops->dropout_softmax_bwd(m->be, g1, probs, ds, n_probs / (size_t)m->cur_s,
+                                            (size_t)m->cur_s, 1.0f, m->p_attn, rng));
+        return attention_scores_bwd(m, a, ds);
+    }
     if (drop) {
         dp = mpx_a(m->gp2, m->dt_sm);
         MPX_TRY(m->ops->dropout_bwd(m->be, g1, dp, n_probs, m->p_attn, rng));

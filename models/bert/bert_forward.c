@@ -180,6 +180,14 @@ static int self_attention(bert *m, int l, mpx_arg x)
     MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_V_W), mpx_a(a->v, m->dt_act), T, H, H));
     mpx_arg sc = mpx_a(m->gp1, m->dt_act), probs = mpx_a(a->probs, m->dt_sm);
     MPX_TRY(attention_scores(m, a, sc));
+    if (bert_fused_attn_dropout(m)) {   /* the same bits as the two ops below, in one pass */
+        mpx_arg pd = mpx_a(a->pd, probs.t);
+        mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 };
+        MPX_TRY(m->ops->softmax_dropout_fwd(m->be, sc, mpx_a(m->mask, MPX_F32), probs, pd, (size_t)m->cur_b,
+                                            (size_t)m->cfg.heads, (size_t)m->cur_s, (size_t)m->cur_s, 1.0f,
+                                            m->p_attn, rng));
+        return attention_context(m, a, pd);
+    }
     MPX_TRY(m->ops->softmax_fwd(m->be, sc, mpx_a(m->mask, MPX_F32), probs, (size_t)m->cur_b,
                                 (size_t)m->cfg.heads, (size_t)m->cur_s, (size_t)m->cur_s, 1.0f));
     int rc = 0;

@@ -34,8 +34,10 @@
  *       moment's dtype) and mpx_opt_step.state_scale (per-tensor state scales); the
  *       host's gemm_input_stats (saturation and flush counts of 8-bit GEMM inputs);
  *  1.9  MPX_OPT_CONCURRENT in mpx_optimizer_vtable.flags (mpx/optimizer.h): the host may
- *       run one step's pieces on several threads (train.update_threads). */
-#define MPX_ABI_MINOR 9
+ *       run one step's pieces on several threads (train.update_threads);
+ *  1.10 mpx_ops.softmax_dropout_fwd / dropout_softmax_bwd (optional, mpx/ops.h): the
+ *       attention softmax and its dropout fused, bit for bit the two ops in sequence. */
+#define MPX_ABI_MINOR 10
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -201,6 +201,21 @@ typedef struct mpx_ops {
      * backend has none (its memory is then host-addressable, and optimizers use their
      * host loops). */
     int (*fused_update)(void *be, mpx_fused_update *f);
+
+    /* ---- ABI 1.10 (read only when `size` covers them; NULL when the backend has none,
+     * and the caller then runs the two ops one after the other) ----
+     * The attention probabilities' softmax and dropout in one pass over each row, bit
+     * for bit the two ops in sequence: y = softmax_fwd(x, mask, scale) stored in y's
+     * dtype, then yd = dropout_fwd(y as stored, p, rng) (softmax_fwd's shapes, dropout's
+     * stream: element i of the [batch, heads, rows, cols] tensor draws rng.offset + i). */
+    int (*softmax_dropout_fwd)(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
+                               size_t batch, size_t heads, size_t rows, size_t cols, float scale,
+                               float p, mpx_rng rng);
+    /* dx = softmax_bwd(dyd' , y, scale) with dyd' = dropout_bwd(dyd, p, rng) rounded to
+     * dyd's dtype, bit for bit the two ops in sequence. dx must not alias dyd unless
+     * both have the same dtype. */
+    int (*dropout_softmax_bwd)(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
+                               size_t cols, float scale, float p, mpx_rng rng);
 } mpx_ops;
 
 /* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */

@@ -2,7 +2,7 @@
  * ops and the op table. The ops themselves live in one file per group:
  *   cpu_elementwise.c  cast, add, axpby, scale, gelu, dropout, apply_update
  *   cpu_gemm.c         gemm (OpenBLAS sgemm on fp32-widened inputs)
- *   cpu_rows.c         bias_add/grad, layernorm, softmax, cross_entropy
+ *   cpu_rows.c         bias_add/grad, layernorm, softmax (and fused with dropout), cross_entropy
  *   cpu_misc.c         embeddings, sum_squares, count_nonfinite
  *   cpu_vecmath.c      vectorised Philox, Phi and exp used by those
  * See cpu_internal.h for which results depend on the thread count (only GEMM's, through
@@ -178,6 +178,8 @@ static const mpx_ops cpu_ops = {
     .cross_entropy = cpu_cross_entropy,
     .sum_squares = cpu_sum_squares, .count_nonfinite = cpu_count_nonfinite,
     .apply_update = cpu_apply_update,
+    /* ABI 1.10 (past CPU_OPS_SIZE, so unread, in the 1.0 build) */
+    .softmax_dropout_fwd = cpu_softmax_dropout_fwd, .dropout_softmax_bwd = cpu_dropout_softmax_bwd,
 };
 
 static const mpx_backend_vtable cpu_vtable = {
@@ -192,7 +194,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.1.0",
+    .version = "1.2.0",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),

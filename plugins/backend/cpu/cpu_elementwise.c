@@ -168,12 +168,19 @@ int cpu_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
 
 /* keep  <=>  (x >> 8) * 2^-24 >= p  <=>  (x >> 8) >= ceil(p * 2^24)  (exact: p * 2^24 is a
  * float scaled by a power of two), so the compare is on integers and vectorises. */
-static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+uint32_t cpu_dropout_keep_from(float p)
 {
-    uint32_t words[CPU_BLOCK];
-    cpu_philox_words(j->be, &j->rng, j->rng.offset + off, n, words);
-    const uint32_t keep_from = (uint32_t)ceil((double)j->p * 0x1p24);
-    const float s = j->keep_scale, *x = in[0];
+    return (uint32_t)ceil((double)p * 0x1p24);
+}
+
+float cpu_dropout_scale(float p)
+{
+    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+void cpu_dropout_apply(const float *x, const uint32_t *words, size_t n, uint32_t keep_from, float s,
+                       float *out)
+{
     for (size_t i = 0; i < n; i++) {
         /* a bit mask rather than a select, so the loop vectorises (a dropped inf is 0) */
         float v = x[i] * s;
@@ -184,13 +191,20 @@ static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, f
     }
 }
 
+static void k_dropout(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
+{
+    uint32_t words[CPU_BLOCK];
+    cpu_philox_words(j->be, &j->rng, j->rng.offset + off, n, words);
+    cpu_dropout_apply(in[0], words, n, cpu_dropout_keep_from(j->p), j->keep_scale, out);
+}
+
 static int dropout(cpu_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
 {
     CPU_CHECK(be, op, "input", x, n);
     CPU_CHECK(be, op, "output", y, n);
     if (!(p >= 0.0f && p <= 1.0f)) return CPU_FAIL(be, "cpu %s: p = %g is outside [0, 1]", op, (double)p);
     ew_job job = { .be = be, .in = { x }, .n_in = 1, .out = y, .kernel = k_dropout, .p = p,
-                   .keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, .rng = rng };
+                   .keep_scale = cpu_dropout_scale(p), .rng = rng };
     return ew_run(&job, n);
 }
 

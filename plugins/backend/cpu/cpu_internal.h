@@ -148,6 +148,13 @@ int cpu_dropout_fwd(void *be, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng r
 int cpu_dropout_bwd(void *be, mpx_arg dy, mpx_arg dx, size_t n, float p, mpx_rng rng);
 int cpu_apply_update(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n,
                      mpx_rounding mode, mpx_rng rng);
+/* Dropout's rule (cpu_elementwise.c, shared with the fused softmax): element i of a run
+ * whose Philox words are words[i] keeps when (words[i] >> 8) >= keep_from, and
+ * out[i] = kept ? x[i] * s : +0 (out may be x). */
+uint32_t cpu_dropout_keep_from(float p);
+float cpu_dropout_scale(float p);
+void cpu_dropout_apply(const float *x, const uint32_t *words, size_t n, uint32_t keep_from, float s,
+                       float *out);
 
 int cpu_gemm(void *be, const mpx_gemm *g);
 
@@ -163,6 +170,11 @@ int cpu_softmax_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t b
                     size_t heads, size_t rows, size_t cols, float scale);
 int cpu_softmax_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
                     float scale);
+int cpu_softmax_dropout_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
+                            size_t batch, size_t heads, size_t rows, size_t cols, float scale,
+                            float p, mpx_rng rng);
+int cpu_dropout_softmax_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
+                            size_t cols, float scale, float p, mpx_rng rng);
 int cpu_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
                       size_t cols, double *loss, mpx_arg dlogits, float dscale);
 

@@ -1,4 +1,5 @@
-/* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax, the
+/* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax (alone and
+ * fused with the attention dropout), the
  * cross-entropy over positions. Every row is widened to fp32 once, all statistics
  * (mean, variance, max, sum, log-sum-exp) are fp32, each output is rounded once.
  * Column reductions over rows (bias_grad, dgamma, dbeta) sum fixed blocks of
@@ -26,7 +27,8 @@ typedef struct row_job {
     double *row_loss;
     const int32_t *labels;
     size_t rows, cols, heads_rows;
-    float scale, eps, dscale;
+    float scale, eps, dscale;       /* dscale: the dropout's p in the fused softmax */
+    mpx_rng rng;                    /* the fused softmax's dropout stream */
     int accumulate;
     atomic_int failed;              /* a worker's allocation failed */
 } row_job;
@@ -311,6 +313,21 @@ int cpu_layernorm_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg gamma, const flo
 
 /* ---- softmax with additive mask ---- */
 
+/* Row i of softmax(scale * x + mask[b, :]) into r (fp32); `mask` holds the row's mask
+ * row, loaded into it when *mask_row changes. */
+static void softmax_row(const row_job *j, size_t i, const float *x, float *r, float *mask, size_t *mask_row)
+{
+    const size_t n = j->cols, b = i / j->heads_rows;
+    if (j->aux.p && b != *mask_row) { cpu_load(j->be, j->aux, b * n, n, mask); *mask_row = b; }
+    if (j->aux.p)
+        for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + mask[c];
+    else
+        for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
+    float mx = row_max(r, n);
+    float inv = 1.0f / cpu_exp_sub_sum(j->be, r, mx, r, n);   /* exp(r - mx), row_sum of it */
+    for (size_t c = 0; c < n; c++) r[c] *= inv;
+}
+
 static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
@@ -320,17 +337,8 @@ static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
     float *xb = buf, *mask = buf + n, *yb = buf + 2 * n;
     size_t mask_row = (size_t)-1;
     for (size_t i = begin; i < end; i++) {
-        const float *x = row_in(j, j->x, i * n, xb);
         float *r = row_out(j->y, i * n, yb);
-        size_t b = i / j->heads_rows;
-        if (j->aux.p && b != mask_row) { cpu_load(j->be, j->aux, b * n, n, mask); mask_row = b; }
-        if (j->aux.p)
-            for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + mask[c];
-        else
-            for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
-        float mx = row_max(r, n);
-        float inv = 1.0f / cpu_exp_sub_sum(j->be, r, mx, r, n);   /* exp(r - mx), row_sum of it */
-        for (size_t c = 0; c < n; c++) r[c] *= inv;
+        softmax_row(j, i, row_in(j, j->x, i * n, xb), r, mask, &mask_row);
         row_done(j, r, j->y, i * n);
     }
     free(buf);
@@ -351,6 +359,14 @@ int cpu_softmax_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t 
     return finish(&j, "softmax_fwd");
 }
 
+/* dx = scale * y * (dy - sum_c dy * y) for one row */
+static void softmax_bwd_row(const row_job *j, const float *dy, const float *y, float *dx)
+{
+    const size_t n = j->cols;
+    float dot = row_dot(dy, y, n);
+    for (size_t c = 0; c < n; c++) dx[c] = j->scale * y[c] * (dy[c] - dot);
+}
+
 static void softmax_bwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
@@ -360,8 +376,7 @@ static void softmax_bwd_rows(void *vj, size_t begin, size_t end)
     for (size_t i = begin; i < end; i++) {
         const float *dy = row_in(j, j->dy, i * n, buf), *y = row_in(j, j->y, i * n, buf + n);
         float *dx = row_out(j->dx, i * n, buf + 2 * n);
-        float dot = row_dot(dy, y, n);
-        for (size_t c = 0; c < n; c++) dx[c] = j->scale * y[c] * (dy[c] - dot);
+        softmax_bwd_row(j, dy, y, dx);
         row_done(j, dx, j->dx, i * n);
     }
     free(buf);
@@ -378,6 +393,120 @@ int cpu_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows,
     row_job j = { .be = be, .dy = dy, .y = y, .dx = dx, .rows = n_rows, .cols = cols, .scale = scale };
     cpu_pool_run(be->pool, n_rows, CPU_ROW_GRAIN, softmax_bwd_rows, &j);
     return finish(&j, "softmax_bwd");
+}
+
+/* ---- softmax and the attention dropout in one pass (ABI 1.10) ----
+ * Each row goes through exactly what the two ops do one after the other, with the
+ * intermediate rounded to its dtype in between, so the bits are those of the pair; what
+ * is saved is the second op's trip through memory (the row is still in L1). */
+
+/* Row buffers and room for the row's Philox words (also used as a row of any dtype);
+ * NULL (flagging the job) when out of memory. */
+static float *fused_buffers(row_job *j, size_t count, uint32_t **words)
+{
+    float *buf = row_buffers(j, count);
+    *words = buf ? malloc(j->cols * sizeof(double)) : NULL;
+    if (buf && !*words) {
+        free(buf);
+        buf = NULL;
+        atomic_store(&j->failed, 1);
+    }
+    return buf;
+}
+
+/* fwd: x, aux = mask, y (the probabilities), dx = yd (their dropout) */
+static void softmax_dropout_fwd_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    uint32_t *words;
+    float *buf = fused_buffers(j, 4, &words);
+    if (!buf) return;
+    float *xb = buf, *mask = buf + n, *yb = buf + 2 * n, *db = buf + 3 * n;
+    const uint32_t keep_from = cpu_dropout_keep_from(j->dscale);
+    const float s = cpu_dropout_scale(j->dscale);
+    size_t mask_row = (size_t)-1;
+    for (size_t i = begin; i < end; i++) {
+        float *r = row_out(j->y, i * n, yb);
+        softmax_row(j, i, row_in(j, j->x, i * n, xb), r, mask, &mask_row);
+        row_done(j, r, j->y, i * n);
+        if (j->y.t != MPX_F32) cpu_load(j->be, j->y, i * n, n, r);   /* the probabilities as stored */
+        cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
+        float *d = row_out(j->dx, i * n, db);
+        cpu_dropout_apply(r, words, n, keep_from, s, d);
+        row_done(j, d, j->dx, i * n);
+    }
+    free(words);
+    free(buf);
+}
+
+static int check_p(cpu_be *be, const char *op, float p)
+{
+    if (!(p >= 0.0f && p <= 1.0f)) return CPU_FAIL(be, "cpu %s: p = %g is outside [0, 1]", op, (double)p);
+    return MPX_OK;
+}
+
+int cpu_softmax_dropout_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
+                            size_t batch, size_t heads, size_t rows, size_t cols, float scale,
+                            float p, mpx_rng rng)
+{
+    cpu_be *be = vbe;
+    size_t total = batch * heads * rows;
+    CPU_CHECK(be, "softmax_dropout_fwd", "x", x, total * cols);
+    CPU_CHECK(be, "softmax_dropout_fwd", "y", y, total * cols);
+    CPU_CHECK(be, "softmax_dropout_fwd", "yd", yd, total * cols);
+    CPU_CHECK_OPT(be, "softmax_dropout_fwd", "mask", mask, batch * cols);
+    MPX_TRY(check_p(be, "softmax_dropout_fwd", p));
+    if (!total || !cols) return MPX_OK;
+    row_job j = { .be = be, .x = x, .y = y, .dx = yd, .aux = mask, .rows = total, .cols = cols,
+                  .heads_rows = heads * rows, .scale = scale, .dscale = p, .rng = rng };
+    cpu_pool_run(be->pool, total, CPU_ROW_GRAIN, softmax_dropout_fwd_rows, &j);
+    return finish(&j, "softmax_dropout_fwd");
+}
+
+/* bwd: dy = the dropout's output gradient, y, dx */
+static void dropout_softmax_bwd_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    uint32_t *words;
+    float *buf = fused_buffers(j, 4, &words);
+    if (!buf) return;
+    const uint32_t keep_from = cpu_dropout_keep_from(j->dscale);
+    const float s = cpu_dropout_scale(j->dscale);
+    float *dp = buf + 3 * n;
+    for (size_t i = begin; i < end; i++) {
+        const float *dyd = row_in(j, j->dy, i * n, buf), *y = row_in(j, j->y, i * n, buf + n);
+        cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
+        cpu_dropout_apply(dyd, words, n, keep_from, s, dp);
+        if (j->dy.t != MPX_F32) {   /* dropout_bwd's output as it would be stored, in dyd's dtype */
+            mpx_arg stored = mpx_a(words, j->dy.t);
+            cpu_store(j->be, dp, stored, 0, n);
+            cpu_load(j->be, stored, 0, n, dp);
+        }
+        float *dx = row_out(j->dx, i * n, buf + 2 * n);
+        softmax_bwd_row(j, dp, y, dx);
+        row_done(j, dx, j->dx, i * n);
+    }
+    free(words);
+    free(buf);
+}
+
+int cpu_dropout_softmax_bwd(void *vbe, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
+                            size_t cols, float scale, float p, mpx_rng rng)
+{
+    cpu_be *be = vbe;
+    CPU_CHECK(be, "dropout_softmax_bwd", "dyd", dyd, n_rows * cols);
+    CPU_CHECK(be, "dropout_softmax_bwd", "y", y, n_rows * cols);
+    CPU_CHECK(be, "dropout_softmax_bwd", "dx", dx, n_rows * cols);
+    MPX_TRY(check_p(be, "dropout_softmax_bwd", p));
+    if (dx.p == dyd.p && dx.t != dyd.t)
+        return CPU_FAIL(be, "cpu dropout_softmax_bwd: dx aliases dyd with another dtype");
+    if (!n_rows || !cols) return MPX_OK;
+    row_job j = { .be = be, .dy = dyd, .y = y, .dx = dx, .rows = n_rows, .cols = cols, .scale = scale,
+                  .dscale = p, .rng = rng };
+    cpu_pool_run(be->pool, n_rows, CPU_ROW_GRAIN, dropout_softmax_bwd_rows, &j);
+    return finish(&j, "dropout_softmax_bwd");
 }
 
 /* ---- cross-entropy over positions ---- */
