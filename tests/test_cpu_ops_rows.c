@@ -193,10 +193,10 @@ static int same_bits(mpx_arg a, mpx_arg b, size_t n, size_t *at)
 
 /* ABI 1.10's fused softmax + dropout against the two ops run one after the other (each
  * checked against its reference above and in test_cpu_ops.c): the same bits for every
- * dtype combination, with 33 columns so that rows start mid Philox block, a stream
- * offset, two threads, and the output aliasing the input where the ABI allows it. The
- * fp32 case is also checked against the double reference softmax times the reference
- * mask from the counter layout. */
+ * combination of fp32, fp16 and bf16, with 33 columns so that rows start mid Philox
+ * block, a stream offset, one and two threads, p = 0 and 1, and the outputs over the
+ * inputs where the ABI allows it. The fp32 case is also checked against the double
+ * reference softmax times the reference mask from the counter layout. */
 Test(softmax, fused_with_dropout_is_the_two_ops_bit_for_bit)
 {
     tb t = tb_open(2);
@@ -264,6 +264,32 @@ Test(softmax, fused_with_dropout_is_the_two_ops_bit_for_bit)
                     check_out("dropout_softmax_bwd vs reference", dx2, ref, n, 0.05, NULL, 0.9);
                 }
             }
+    /* in place (yd over y, and y over x), p = 0 and p = 1, on one thread and on two */
+    for (int threads = 1; threads <= 2; threads++) {
+        tb t1 = tb_open(threads);
+        const float ps[3] = { 0.0f, 1.0f, 0.3f };
+        for (int k = 0; k < 3; k++)
+            for (int id = 0; id < 3; id++) {
+                mpx_arg x = tb_alloc(&t1, FLOAT_TYPES[id], n), y1 = tb_alloc(&t1, FLOAT_TYPES[id], n);
+                mpx_arg d1 = tb_alloc(&t1, FLOAT_TYPES[id], n), y2 = tb_alloc(&t1, FLOAT_TYPES[id], n);
+                mpx_arg x2 = tb_alloc(&t1, FLOAT_TYPES[id], n);
+                fill_random(x, n, xv, 100 + id, -4, 4);
+                cr_assert_eq(t1.ops->cast(t1.be, x, x2, n), 0);
+                cr_assert_eq(t1.ops->softmax_fwd(t1.be, x, mpx_a(NULL, MPX_F32), y1, B, H, Rr, Cc, 0.125f), 0);
+                cr_assert_eq(t1.ops->dropout_fwd(t1.be, y1, d1, n, ps[k], rng), 0);
+                /* yd over y */
+                cr_assert_eq(t1.ops->softmax_dropout_fwd(t1.be, x, mpx_a(NULL, MPX_F32), y2, y2, B, H, Rr, Cc, 0.125f,
+                                                         ps[k], rng), 0, "%s", tb_error(&t1));
+                cr_assert(same_bits(d1, y2, n, &at), "%d threads, p %g, dtype %d, yd = y: differs at %zu", threads,
+                          (double)ps[k], id, at);
+                /* y over x (x2 is a copy of x) */
+                cr_assert_eq(t1.ops->softmax_dropout_fwd(t1.be, x2, mpx_a(NULL, MPX_F32), x2, y2, B, H, Rr, Cc, 0.125f,
+                                                         ps[k], rng), 0);
+                cr_assert(same_bits(y1, x2, n, &at) && same_bits(d1, y2, n, &at),
+                          "%d threads, p %g, dtype %d, y = x: differs at %zu", threads, (double)ps[k], id, at);
+            }
+        tb_close(&t1);
+    }
     mpx_arg a = tb_alloc(&t, MPX_F32, n), b16 = mpx_a(a.p, MPX_BF16), y = tb_alloc(&t, MPX_F32, n);
     cr_expect_neq(t.ops->dropout_softmax_bwd(t.be, a, y, b16, rows, Cc, 1.0f, p, rng), 0, "aliasing across dtypes is refused");
     cr_expect_neq(t.ops->dropout_softmax_bwd(t.be, a, y, a, rows, Cc, 1.0f, 1.5f, rng), 0, "p = 1.5 is refused");

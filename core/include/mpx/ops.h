@@ -207,13 +207,16 @@ typedef struct mpx_ops {
      * The attention probabilities' softmax and dropout in one pass over each row, bit
      * for bit the two ops in sequence: y = softmax_fwd(x, mask, scale) stored in y's
      * dtype, then yd = dropout_fwd(y as stored, p, rng) (softmax_fwd's shapes, dropout's
-     * stream: element i of the [batch, heads, rows, cols] tensor draws rng.offset + i). */
+     * stream: element i of the [batch, heads, rows, cols] tensor draws rng.offset + i).
+     * yd may be y, and y or yd may be x, when their dtypes are the same; otherwise the
+     * three must not overlap. */
     int (*softmax_dropout_fwd)(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
                                size_t batch, size_t heads, size_t rows, size_t cols, float scale,
                                float p, mpx_rng rng);
-    /* dx = softmax_bwd(dyd' , y, scale) with dyd' = dropout_bwd(dyd, p, rng) rounded to
-     * dyd's dtype, bit for bit the two ops in sequence. dx must not alias dyd unless
-     * both have the same dtype. */
+    /* dx = softmax_bwd(dyd', y, scale) with dyd' = dropout_bwd(dyd, p, rng) rounded to
+     * dyd's dtype, bit for bit the two ops in sequence. dx may be dyd when both have the
+     * same dtype (the op refuses the same pointer with another dtype); otherwise dx must
+     * not overlap dyd or y. */
     int (*dropout_softmax_bwd)(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
                                size_t cols, float scale, float p, mpx_rng rng);
 } mpx_ops;
