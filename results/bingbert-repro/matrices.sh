@@ -22,6 +22,7 @@ table main --rows precision.plugin --metric skipped_steps,overflow_count,memory.
 table main --rows precision.plugin --metric metrics.diagnostics.embedding.stalled_frac,metrics.diagnostics.attention.stalled_frac,metrics.diagnostics.ffn.stalled_frac,metrics.diagnostics.attention.underflow_frac
 table eval-logits --rows precision.plugin --cols precision.eval_logits --metric exact_match,f1
 table islands --rows precision.islands --metric exact_match,f1,final_loss
+table islands --rows precision.islands --metric metrics.diagnostics.embedding.stalled_frac,metrics.diagnostics.attention.stalled_frac,metrics.diagnostics.ffn.stalled_frac,metrics.diagnostics.attention.underflow_frac
 table amp --rows precision.plugin --metric exact_match,f1,final_loss,skipped_steps,overflow_count
 table pure-bf16 --rows precision.rounding --metric exact_match,f1,final_loss,memory.bytes_per_param,metrics.diagnostics.ffn.stalled_frac
 table lr --rows precision.plugin --cols optimizer.lr --metric exact_match,f1,final_loss
