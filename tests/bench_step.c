@@ -109,11 +109,14 @@ static double step_gemm_flop(mpx_session *s, int *vocab)
     return 6.0 * macs;
 }
 
-/* ---- the sgemm ceiling: a bert-base-sized FFN GEMM (X W^T, 1152 x 3072 x 768) with
- * OpenBLAS's own threads, timed once before each measured step so that the two see the
- * same machine (other processes' load changes both alike) ---- */
+/* ---- the sgemm ceiling: a bert-base-sized FFN GEMM (X W^T, 1152 x 3072 x 768), timed
+ * once before each measured step so that the two see the same machine (other processes'
+ * load changes both alike), two ways: cblas_sgemm with OpenBLAS's own threads, and the
+ * backend's gemm op on fp32 operands (its linear kernel, cpu_gemm_linear.c, unless
+ * backend.cpu.linear_gemm = "openblas"). The ceiling is the faster of the two: a step
+ * whose GEMMs beat OpenBLAS is measured against its own kernel's rate. ---- */
 
-typedef struct ceiling { float *a, *b, *c; int threads; } ceiling;
+typedef struct ceiling { float *a, *b, *c; int threads; const mpx_ops *ops; void *be; } ceiling;
 
 #define CEIL_M (BATCH * SEQ)
 #define CEIL_N 3072
@@ -133,15 +136,22 @@ static int ceiling_open(ceiling *c, int threads)
 
 static void ceiling_close(ceiling *c) { free(c->a); free(c->b); free(c->c); }
 
-/* GFLOP/s of one sgemm */
-static double ceiling_run(ceiling *c)
+/* GFLOP/s of one cblas_sgemm, and of the backend's gemm op (*op_gf; NaN if it failed) */
+static double ceiling_run(ceiling *c, double *op_gf)
 {
     openblas_set_num_threads(c->threads);
     double t0 = now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CEIL_M, CEIL_N, CEIL_K, 1.0f, c->a, CEIL_K,
                 c->b, CEIL_K, 0.0f, c->c, CEIL_N);
     double dt = now() - t0;
-    openblas_set_num_threads(1);   /* as the cpu backend keeps it */
+    openblas_set_num_threads(1);   /* as the cpu backend keeps it (its idle threads then sleep) */
+    mpx_gemm g = { .trans_b = 1, .m = CEIL_M, .n = CEIL_N, .k = CEIL_K, .alpha = 1.0f, .a = mpx_a(c->a, MPX_F32),
+                   .lda = CEIL_K, .b = mpx_a(c->b, MPX_F32), .ldb = CEIL_K, .c = mpx_a(c->c, MPX_F32), .ldc = CEIL_N,
+                   .batch = 1, .compute = MPX_F32 };
+    double t1 = now();
+    int bad = c->ops->gemm(c->be, &g);
+    double dt_op = now() - t1;
+    *op_gf = bad ? NAN : 2.0 * CEIL_M * CEIL_N * CEIL_K / dt_op * 1e-9;
     return 2.0 * CEIL_M * CEIL_N * CEIL_K / dt * 1e-9;
 }
 
@@ -242,12 +252,14 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     sscanf(bv->describe(s.be), "cpu: %d", &threads);
     ceiling ce;
     if (ceiling_open(&ce, threads)) { snprintf(err, sizeof err, "out of memory for the sgemm ceiling"); goto out; }
-    double times[MAX_STEPS], cpu[MAX_STEPS], ceil_gf[MAX_STEPS], loss = 0;
+    ce.ops = bv->ops;
+    ce.be = s.be;
+    double times[MAX_STEPS], cpu[MAX_STEPS], ceil_gf[MAX_STEPS], ceil_op[MAX_STEPS], loss = 0, unused_gf;
     int skipped = 0;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
-    ceiling_run(&ce);   /* warm-up */
+    ceiling_run(&ce, &unused_gf);   /* warm-up */
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
-        if (i >= 0) ceil_gf[i] = ceiling_run(&ce);
+        if (i >= 0) ceil_gf[i] = ceiling_run(&ce, &ceil_op[i]);
         bench_profile_enable(i >= 0);
         double t0 = now(), c0 = cpu_time();
         if (mpx_train_one_step(&s, &t, i + 1, 1e-4, 1.0, NULL, &loss, &skipped, err, sizeof err)) {
@@ -297,7 +309,8 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     }
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
-    double step_s = median(times, steps), ceil = median(ceil_gf, steps), cpu_s = median(cpu, steps);
+    double step_s = median(times, steps), ceil_blas = median(ceil_gf, steps), ceil_mpx = median(ceil_op, steps);
+    double ceil = ceil_mpx > ceil_blas ? ceil_mpx : ceil_blas, cpu_s = median(cpu, steps);
     size_t core_scratch = mpx_update_buffer_bytes(&s);   /* the fp32 gradient and update (update_window.h) */
     size_t model_scratch = scratch_now - core_scratch;
     size_t persistent = 0;
@@ -318,10 +331,13 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            mib(s.peak[MPX_ROLE_WEIGHTS]), mib(s.peak[MPX_ROLE_GRADS]), mib(s.peak[MPX_ROLE_GRAD_ACC]),
            mib(s.peak[MPX_ROLE_MASTER]), mib(s.peak[MPX_ROLE_OPT_STATE]), mib(scratch_peak),
            mib(model_scratch), mib(core_scratch));
+    printf("  sgemm ceiling %dx%dx%d (median of %d, beside the steps): cblas_sgemm %.1f GFLOP/s, the backend's gemm "
+           "op %.1f GFLOP/s\n", CEIL_M, CEIL_N, CEIL_K, steps, ceil_blas, ceil_mpx);
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
-           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f gemm_s=%.5f\n",
+           "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f gemm_s=%.5f "
+           "ceil_blas=%.3f ceil_mpx=%.3f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s);
+           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s, ceil_blas, ceil_mpx);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
@@ -336,17 +352,30 @@ typedef struct result {
     char name[32], prec[32];
     int threads, ok;
     double step_s, min_s, flop, ceiling, gemm_s, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
+    double ceil_blas, ceil_mpx;
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
 
-/* detected: the child runs without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (OpenBLAS's own kernel choice) */
-static int run_child(const char *self, const char *name, const char *ckpt, const char *prec,
-                     int steps, const char *plugin_dir, char **ovr, int n_ovr, int detected, result *r)
+/* The OpenBLAS kernels a child runs with (a kernel set): 0 = as the environment sets
+ * them; 1 = OpenBLAS's own choice (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset); 2 =
+ * forced to g_forced_core, when OpenBLAS's own choice on this CPU is a generic fallback
+ * (an OpenBLAS older than the CPU: Debian 12's 0.3.21 picks Prescott, SSE3 kernels at a
+ * tenth of the rate, on Xeons of 2023 with AVX-512). The prefix of the child's command. */
+static const char *g_forced_core = "";
+static const char *set_prefix(int set, char *buf, size_t len)
 {
-    char cmd[8192];
+    if (set == 1) return "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ";
+    if (set == 2) { snprintf(buf, len, "env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=%s ", g_forced_core); return buf; }
+    return "";
+}
+
+static int run_child(const char *self, const char *name, const char *ckpt, const char *prec,
+                     int steps, const char *plugin_dir, char **ovr, int n_ovr, int set, result *r)
+{
+    char cmd[8192], pre[128];
     int n = snprintf(cmd, sizeof cmd, "%s'%s' --case %s '%s' %s %d --pad %.17g --plugin-dir '%s'",
-                     detected ? "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " : "", self, name, ckpt, prec, steps, g_pad, plugin_dir);
+                     set_prefix(set, pre, sizeof pre), self, name, ckpt, prec, steps, g_pad, plugin_dir);
     for (int i = 0; i < n_ovr && n < (int)sizeof cmd; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " -s '%s'", ovr[i]);
     memset(r, 0, sizeof *r);
@@ -360,9 +389,11 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         if (strncmp(line, "result ", 7) != 0) { fputs(line, stdout); continue; }
         char nm[64], pr[64];
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
-                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf gemm_s=%lf", nm, pr,
+                         "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf gemm_s=%lf "
+                         "ceil_blas=%lf ceil_mpx=%lf", nm, pr,
                    &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
-                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s, &r->gemm_s) == 15)
+                   &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s, &r->gemm_s,
+                   &r->ceil_blas, &r->ceil_mpx) == 17)
             r->ok = 1;
     }
     int st = pclose(p);
@@ -424,8 +455,8 @@ static double loadavg(void)
 static void print_row(const result *r)
 {
     double tok = BATCH * SEQ / r->step_s, gfs = r->flop / r->step_s * 1e-9;
-    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %6.1f%% %6.1f%% %9.0f %8.0f", r->name, r->prec,
-           r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceiling, 100.0 * gfs / r->ceiling,
+    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %8.1f %6.1f%% %6.1f%% %9.0f %8.0f", r->name, r->prec,
+           r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceil_blas, r->ceil_mpx, 100.0 * gfs / r->ceiling,
            100.0 * r->flop / r->gemm_s * 1e-9 / r->ceiling, mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
     if (isnan(r->torch_s)) printf("        -       -\n");
     else printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
@@ -482,13 +513,12 @@ static int sgemm_check(int threads, char *msg, size_t len)
     return ok ? 0 : 1;
 }
 
-/* The kernels a child gets (bench_step --corename), with OPENBLAS_CORETYPE and
- * OPENBLAS_L2_SIZE unset when `unset` (the two are set together; see README), and
- * whether they passed sgemm_check: 0 if they did. */
-static int kernel_probe(const char *self, int unset, char *name, size_t len, char *msg, size_t mlen)
+/* The kernels a child of kernel set `set` gets (bench_step --corename), and whether they
+ * passed sgemm_check: 0 if they did. */
+static int kernel_probe(const char *self, int set, char *name, size_t len, char *msg, size_t mlen)
 {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "%s'%s' --corename", unset ? "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " : "", self);
+    char cmd[4200], pre[128];
+    snprintf(cmd, sizeof cmd, "%s'%s' --corename", set_prefix(set, pre, sizeof pre), self);
     snprintf(name, len, "?");
     snprintf(msg, mlen, "sgemm check did not run");
     fflush(stdout);
@@ -506,8 +536,8 @@ static int kernel_probe(const char *self, int unset, char *name, size_t len, cha
 static void print_tables(result res[N_MODELS][N_PRECS], const char *const *model_names, const char *kernels)
 {
     printf("\n-- OpenBLAS kernels: %s --\n", kernels);
-    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
-           "step s", "tok/s", "GEMM GF", "GFLOP/s", "sgemm", "of sgemm", "GEMMs", "act MiB", "RSS MiB",
+    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
+           "step s", "tok/s", "GEMM GF", "GFLOP/s", "blas GF", "mpx GF", "of ceil", "GEMMs", "act MiB", "RSS MiB",
            "torch s", "speedup");
     for (int m = 0; m < N_MODELS; m++)
         for (int p = 0; p < N_PRECS; p++)
@@ -563,10 +593,10 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
      * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
     const char *core_env = getenv("OPENBLAS_CORETYPE");
     int forced = core_env && core_env[0];
-    int sets[2], n_sets = 0;
+    int sets[3], n_sets = 0;
     if (kernels != 1 || !forced) sets[n_sets++] = 0;
     if (forced && kernels != 0) sets[n_sets++] = 1;
-    char labels[2][256];
+    char labels[3][512];
     for (int k = 0; k < n_sets; k++) {
         char name[128], msg[256];
         int bad = kernel_probe(self, sets[k], name, sizeof name, msg, sizeof msg);
@@ -579,9 +609,31 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         if (bad && sets[k] == 1) {   /* wrong kernels: not timed */
             printf("  not timed: these kernels failed the sgemm check\n");
             n_sets--;
+            continue;
+        }
+        /* OpenBLAS's own choice is a generic fallback on a CPU with AVX-512 or AVX2: the
+         * ceiling would be a fraction of what OpenBLAS does here, so one more set forces
+         * the kernels this CPU runs (if they pass the check) */
+        __builtin_cpu_init();
+        const char *best = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
+        if (sets[k] != 0 && forced) continue;   /* the environment's choice is not a fallback */
+        if (best && kernels == 2 && (!strcmp(name, "Prescott") || !strcmp(name, "Nehalem") || !strcmp(name, "Core2") ||
+                                     !strcmp(name, "Sandybridge") || !strcmp(name, "Katmai"))) {
+            g_forced_core = best;
+            char fname[128], fmsg[256];
+            int fbad = kernel_probe(self, 2, fname, sizeof fname, fmsg, sizeof fmsg);
+            printf("OpenBLAS kernels %s, forced by this bench (OPENBLAS_CORETYPE=%s: OpenBLAS's own choice, %s, is a "
+                   "generic fallback on this CPU): %s\n", fname, best, name, fmsg);
+            if (!fbad) {
+                sets[n_sets] = 2;
+                snprintf(labels[n_sets], sizeof labels[n_sets], "%s, forced by this bench (OpenBLAS's own choice, %s, "
+                         "is a generic fallback on this CPU)", fname, name);
+                n_sets++;
+                break;
+            }
         }
     }
-    result res[2][N_MODELS][N_PRECS];
+    result res[3][N_MODELS][N_PRECS];
     memset(res, 0, sizeof res);
     int rc = 0;
     printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on, "
@@ -617,9 +669,10 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
     for (int k = 0; k < n_sets; k++) print_tables(res[k], model_names, labels[k]);
     printf("\nload average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
-           "sgemm = GFLOP/s of cblas_sgemm %dx3072x768 (OpenBLAS threads = thr, the same kernels) timed before each step; "
-           "of sgemm = GEMM GF / step s / sgemm (the whole step against the ceiling); GEMMs = GEMM GF / the seconds "
-           "inside the GEMM ops / sgemm (the GEMMs alone); act = the model's counted scratch; "
+           "blas GF, mpx GF = GFLOP/s of an fp32 GEMM %dx3072x768 (x W^T) by cblas_sgemm (OpenBLAS threads = thr, the "
+           "table's kernels) and by the backend's gemm op (its linear kernel), timed before each step; the ceiling is "
+           "the faster of the two; of ceil = GEMM GF / step s / ceiling (the whole step against the ceiling); GEMMs = "
+           "GEMM GF / the seconds inside the GEMM ops / ceiling (the GEMMs alone); act = the model's counted scratch; "
            "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies (measured once per model: "
            "PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s\n", BATCH * SEQ);
     json[0] = 0;

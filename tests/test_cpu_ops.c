@@ -346,9 +346,12 @@ static void fma_chain_gemm(const gemm_case *c, const float *A, int lda, long lon
             }
 }
 
-static long attention_kernel_mismatches(const char *option, const gemm_case *c, uint64_t seed)
+/* Elements of C that differ from the FMA chain, for one case through the backend opened
+ * with `threads` and these two GEMM options. */
+static long kernel_mismatches(int threads, const char *attention_gemm, const char *linear_gemm, const gemm_case *c,
+                              uint64_t seed)
 {
-    tb t = tb_open_attn(2, option);
+    tb t = tb_open_gemm(threads, attention_gemm, linear_gemm);
     int ar = c->ta ? c->k : c->m, ac = c->ta ? c->m : c->k, br = c->tb ? c->n : c->k, bc = c->tb ? c->k : c->n;
     int lda = ac + c->pad, ldb = bc + c->pad, ldc = c->n + c->pad;
     long long sa = (long long)ar * lda + 5, sb = (long long)br * ldb + 3, sc = (long long)c->m * ldc + 7;
@@ -390,11 +393,44 @@ Test(gemm, attention_kernel_is_one_fma_chain_per_element, .timeout = 60)
     for (size_t o = 0; o < 2; o++)
         for (size_t i = 0; i < sizeof attention_cases / sizeof attention_cases[0]; i++) {
             const gemm_case *c = &attention_cases[i];
-            long bad = attention_kernel_mismatches(options[o], c, 500 + i);
+            long bad = kernel_mismatches(2, options[o], "mpx", c, 500 + i);
             cr_expect_eq(bad, 0, "attention_gemm = %s, ta=%d tb=%d %dx%dx%d batch %d alpha %g beta %g: %ld "
                          "elements differ from the fp32 FMA chain", options[o], c->ta, c->tb, c->m, c->n, c->k,
                          c->batch, (double)c->alpha, (double)c->beta, bad);
         }
+}
+
+/* ---- the linear kernel (option linear_gemm, cpu_gemm_linear.c): every other GEMM has
+ * the same contract, whatever the ISA path, the thread count (pieces of C), the tiles at
+ * C's edges and K's cut into blocks (K > 768 with beta = 0: the running sum goes through
+ * C between blocks). */
+
+static const gemm_case linear_cases[] = {
+    { 0, 1, 150, 97, 130, 1, 0, 1.0f, 0.0f },      /* x W^T (a linear's forward), partial tiles both ways */
+    { 0, 1, 37, 70, 1700, 1, 3, 1.0f, 0.0f },      /* K cut into 3 blocks, padded leading dimensions */
+    { 0, 0, 50, 130, 1000, 1, 1, 1.0f, 1.0f },     /* dy W accumulating: beta != 0 keeps K whole */
+    { 1, 0, 97, 64, 1537, 1, 0, 1.0f, 0.0f },      /* dy^T x (weight grad), K cut into 3 */
+    { 1, 0, 40, 33, 800, 1, 2, 1.0f, 1.0f },       /* weight grad accumulating */
+    { 0, 0, 13, 200, 64, 1, 0, 0.5f, 0.25f },      /* alpha and beta both not 1 */
+    { 1, 1, 29, 31, 900, 1, 1, 0.125f, 0.0f },     /* both transposed, scaled, K cut */
+    { 0, 1, 5, 2, 9, 1, 0, 1.0f, 0.0f },           /* smaller than one tile (the QA head's shape) */
+    { 0, 0, 96, 96, 2, 1, 0, 1.0f, 0.0f },         /* K = 2 */
+    { 0, 1, 130, 80, 70, 2, 1, 1.0f, 0.5f },       /* batched, not an attention shape (K, N > 64) */
+};
+
+Test(gemm, linear_kernel_is_one_fma_chain_per_element, .timeout = 120)
+{
+    const char *options[] = { "mpx", "mpx-avx2" };
+    const int threads[] = { 1, 2, 3 };
+    for (size_t o = 0; o < 2; o++)
+        for (size_t th = 0; th < 3; th++)
+            for (size_t i = 0; i < sizeof linear_cases / sizeof linear_cases[0]; i++) {
+                const gemm_case *c = &linear_cases[i];
+                long bad = kernel_mismatches(threads[th], "mpx", options[o], c, 900 + i);
+                cr_expect_eq(bad, 0, "linear_gemm = %s, %d threads, ta=%d tb=%d %dx%dx%d batch %d alpha %g beta %g: "
+                             "%ld elements differ from the fp32 FMA chain", options[o], threads[th], c->ta, c->tb,
+                             c->m, c->n, c->k, c->batch, (double)c->alpha, (double)c->beta, bad);
+            }
 }
 
 Test(gemm, rejects_bad_arguments)

@@ -12,7 +12,9 @@ const mpx_dtype FLOAT_TYPES[3] = { MPX_F32, MPX_F16, MPX_BF16 };
 
 tb tb_open(int threads) { return tb_open_attn(threads, "mpx"); }
 
-tb tb_open_attn(int threads, const char *attention_gemm)
+tb tb_open_attn(int threads, const char *attention_gemm) { return tb_open_gemm(threads, attention_gemm, "mpx"); }
+
+tb tb_open_gemm(int threads, const char *attention_gemm, const char *linear_gemm)
 {
     tb t = { 0 };
     const char *why = NULL;
@@ -20,9 +22,9 @@ tb tb_open_attn(int threads, const char *attention_gemm)
     cr_assert_not_null(d, "cannot load build/plugins/backend-cpu.so: %s", why ? why : "?");
     cr_assert_eq(d->kind, MPX_KIND_BACKEND);
     cr_assert_str_eq(d->name, "cpu");
-    char opts[160];
-    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\";", threads,
-             attention_gemm);
+    char opts[200];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\";",
+             threads, attention_gemm, linear_gemm);
     t.env = th_env(opts, NULL, NULL);
     t.vt = d->vtable;
     cr_assert_eq(t.vt->create(t.env, &t.be), 0, "create: %s", th_error(t.env));

@@ -19,6 +19,8 @@ typedef struct tb {
 tb tb_open(int threads);
 /* attention_gemm: the backend option ("mpx" or "openblas") */
 tb tb_open_attn(int threads, const char *attention_gemm);
+/* both GEMM options: attention_gemm and linear_gemm ("mpx", "mpx-avx2" or "openblas") */
+tb tb_open_gemm(int threads, const char *attention_gemm, const char *linear_gemm);
 void tb_close(tb *t);
 const char *tb_error(tb *t);
 

@@ -30,6 +30,12 @@ static const mpx_option cpu_options[] = {
       .help = "the batched attention GEMMs (head size <= 64 as K or N): mpx = the backend's AVX-512/AVX2 kernel, one "
               "fp32 FMA chain per element in K order (the same bits on either ISA; OpenBLAS on CPUs with neither); "
               "mpx-avx2 = the AVX2 kernel even where AVX-512 exists (to check that the two agree); openblas = cblas_sgemm, as before version 1.1.0 of this backend (other bits)" },
+    { .key = "linear_gemm", .type = MPX_OPT_CHOICE, .def = "\"mpx\"", .choices = "mpx|mpx-avx2|openblas",
+      .help = "every other GEMM (the linear layers: forward, input and weight gradients): mpx = the backend's packed, "
+              "blocked AVX-512/AVX2 kernel with the attention kernel's contract, one fp32 FMA chain per element in K "
+              "order (the same bits on either ISA and any thread count; OpenBLAS on CPUs with neither); mpx-avx2 = the "
+              "AVX2 kernel even where AVX-512 exists; openblas = cblas_sgemm, as before version 1.3.0 of this backend "
+              "(other bits; its speed depends on the kernels OpenBLAS picks for the CPU)" },
 };
 
 static int available_cores(void)
@@ -48,6 +54,9 @@ static void cpu_destroy(void *vbe)
     if (!be) return;
     cpu_pool_destroy(be->pool);
     for (int i = 0; i < CPU_WS_SLOTS; i++) free(be->ws[i]);
+    for (int i = 0; be->lin_ws && i <= be->threads; i++) free(be->lin_ws[i]);
+    free(be->lin_ws);
+    free(be->lin_ws_bytes);
     for (int i = 0; i < MPX_FORMAT_END - MPX_FORMAT_FIRST; i++) free(be->lut[i]);
     free(be);
 }
@@ -78,6 +87,17 @@ static int cpu_create(mpx_env *env, void **out)
     if (env->host->opt_string(env, "attention_gemm", &attn) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
     be->small_gemm = !strcmp(attn, "openblas") ? 0 : cpu_small_gemm_level();
     if (!strcmp(attn, "mpx-avx2") && be->small_gemm > 1) be->small_gemm = 1;
+    const char *lin = "mpx";
+    if (env->host->opt_string(env, "linear_gemm", &lin) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
+    be->linear_gemm = !strcmp(lin, "openblas") ? 0 : cpu_small_gemm_level();
+    if (!strcmp(lin, "mpx-avx2") && be->linear_gemm > 1) be->linear_gemm = 1;
+    be->lin_ws = calloc((size_t)be->threads + 1, sizeof *be->lin_ws);
+    be->lin_ws_bytes = calloc((size_t)be->threads + 1, sizeof *be->lin_ws_bytes);
+    if (!be->lin_ws || !be->lin_ws_bytes) {
+        (void)MPX_FAIL(env, "out of memory creating the cpu backend");
+        cpu_destroy(be);
+        return MPX_ERR_NOMEM;
+    }
     /* OpenBLAS keeps its thread count process-wide, the one global the backend sets: 1,
      * since the pool threads the GEMMs (cpu_gemm.c). */
     openblas_set_num_threads(1);
@@ -87,9 +107,10 @@ static int cpu_create(mpx_env *env, void **out)
         cpu_destroy(be);
         return MPX_ERR_NOMEM;
     }
-    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s; attention GEMMs: %s", be->threads,
-             openblas_get_config(), be->has_f16c ? ", F16C" : "",
-             be->small_gemm == 2 ? "mpx avx512" : be->small_gemm == 1 ? "mpx avx2" : "openblas");
+    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s; attention GEMMs: %s; linear GEMMs: %s",
+             be->threads, openblas_get_config(), be->has_f16c ? ", F16C" : "",
+             be->small_gemm == 2 ? "mpx avx512" : be->small_gemm == 1 ? "mpx avx2" : "openblas",
+             be->linear_gemm == 2 ? "mpx avx512" : be->linear_gemm == 1 ? "mpx avx2" : "openblas");
     *out = be;
     return MPX_OK;
 }
@@ -194,7 +215,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.2.0",
+    .version = "1.3.0",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),

@@ -170,9 +170,10 @@ static void split_pieces(void *vj, size_t begin, size_t end)
 /* sgemm over the pool (NULL: this thread alone). The larger dimension is cut, so the
  * operand every piece repacks is the smaller one; one piece per thread (each piece
  * repacks that operand), fewer when pieces would be small. */
-void cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
-                    const float *B, int ldb, float *C, int ldc)
+int cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
+                   const float *B, int ldb, float *C, int ldc)
 {
+    if (be->linear_gemm > 0 && g->k > 0) return cpu_linear_gemm(be, pool, g, A, lda, B, ldb, C, ldc);
     int by_rows = g->m >= g->n, dim = by_rows ? g->m : g->n;
     double other_k = (double)(by_rows ? g->n : g->m) * (double)g->k;
     size_t units = (size_t)(dim + CPU_GEMM_ALIGN - 1) / CPU_GEMM_ALIGN, pieces = (size_t)be->threads;
@@ -183,10 +184,11 @@ void cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *
     }
     if (!pool || pieces < 2 || g->k == 0) {
         sgemm(g, A, lda, B, ldb, C, ldc);
-        return;
+        return 0;
     }
     split_job j = { g, A, B, C, lda, ldb, ldc, by_rows };
     cpu_pool_run(pool, units, (units + pieces - 1) / pieces, split_pieces, &j);   /* grain = per */
+    return 0;
 }
 
 /* Batch item b of an operand as a one-matrix operand. */
@@ -201,9 +203,9 @@ static operand item(const operand *o, int b)
 
 typedef struct gemm_bufs { float *a, *b, *c; } gemm_bufs;
 
-/* Batch item b, start to finish: convert what needs it into `w`, sgemm (or the attention
- * kernel, cpu_gemm_small.c), round C back. `pool` NULL keeps the conversions on the
- * calling thread. 0, or -1 when the attention kernel is out of memory. */
+/* Batch item b, start to finish: convert what needs it into `w`, sgemm (the attention
+ * kernel, cpu_gemm_small.c, or cpu_sgemm_pool), round C back. `pool` NULL keeps the
+ * conversions on the calling thread. 0, or -1 when a kernel is out of memory. */
 static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operand *oa,
                       const operand *ob, const operand *oc, int b, const gemm_bufs *w)
 {
@@ -222,8 +224,8 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
     }
     if (cpu_small_gemm_fits(be, g)) {
         if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc)) return -1;
-    } else {
-        cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc);
+    } else if (cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc)) {
+        return -1;
     }
     if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
     return 0;
@@ -283,7 +285,8 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
         return MPX_ERR_NOMEM;
     for (int b = 0; b < g->batch; b++)
         if (gemm_item(be, be->pool, g, oa, ob, oc, b, &w))
-            return (void)CPU_FAIL(be, "cpu gemm: out of memory for the attention kernel's panel (k=%d n=%d)", g->k, g->n),
+            return (void)CPU_FAIL(be, "cpu gemm: out of memory for a kernel's packing buffers (m=%d n=%d k=%d)", g->m,
+                                  g->n, g->k),
                    MPX_ERR_NOMEM;
     return MPX_OK;
 }

@@ -192,7 +192,9 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
         if (g->c.t != MPX_F32 && g->beta != 0.0f)
             for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, Cw + (size_t)r * g->n);
         if (h100) cpu_gemm_h100(&gg, Ab, lda, Bb, ldb, out, ldo, emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
-        else cpu_sgemm_pool(be, be->pool, &gg, Ab, lda, Bb, ldb, out, ldo);
+        else if (cpu_sgemm_pool(be, be->pool, &gg, Ab, lda, Bb, ldb, out, ldo))
+            rc = CPU_FAIL(be, "cpu gemm: out of memory for the linear kernel's packing buffers (m=%d n=%d k=%d)", g->m,
+                          g->n, g->k);
         if (g->c.t != MPX_F32)
             for (int r = 0; r < g->m; r++) cpu_store(be, Cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
     }

@@ -44,13 +44,16 @@ typedef struct cpu_be {
     int has_avx2_fma;      /* vector Phi/exp through libmvec (cpu_vecmath.c) */
     int has_avx2;          /* vector Philox */
     int has_avx512;        /* wider vector Philox */
-    char line[160];
+    char line[256];
     /* number formats (ABI 1.2), per dtype slot: the host's parameters and a decode
      * table, filled by cpu_check_ on the calling thread before any op uses them */
     const mpx_format *fmt[MPX_FORMAT_END - MPX_FORMAT_FIRST];
     float *lut[MPX_FORMAT_END - MPX_FORMAT_FIRST];
     int fp8_acc;           /* option fp8_accumulate: CPU_FP8_ACC_* */
     int small_gemm;        /* option attention_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
+    int linear_gemm;       /* option linear_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
+    void **lin_ws;         /* the linear GEMM's packing buffers: one per piece (threads), then */
+    size_t *lin_ws_bytes;  /* the packed B shared by the pieces (threads + 1 entries each) */
 } cpu_be;
 
 /* ---- the attention GEMMs (cpu_gemm_small.c) ---- */
@@ -63,6 +66,14 @@ int cpu_small_gemm_fits(const cpu_be *be, const mpx_gemm *g);
  * row-major); 0, or -1 when out of memory. */
 int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
                    float *C, int ldc);
+
+/* ---- the one-matrix GEMMs (cpu_gemm_linear.c) ---- */
+/* C = alpha op(A) op(B) + beta C on fp32 operands as cblas_sgemm reads them (k > 0), one
+ * fp32 FMA chain per element in K order as the attention kernel's, cut over the pool
+ * (NULL: this thread, with a buffer of its own); 0, or -1 when out of memory or when
+ * be->linear_gemm names no kernel this CPU runs. */
+int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
+                    float *C, int ldc);
 
 /* How an 8-bit GEMM accumulates (option fp8_accumulate): fp32 (OpenBLAS), or an H100's
  * tensor cores per mmaemu's model (cpu_gemm_h100.c), slow or fast accumulation. */
@@ -116,8 +127,10 @@ int cpu_detect_f16c(void);
 
 /* ---- GEMM (cpu_gemm.c, cpu_gemm_scaled.c) ---- */
 /* One fp32 row-major GEMM of g's shape on compact operands, cut over the pool (NULL:
- * this thread); bitwise the same for any thread count. */
-void cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
+ * this thread): the linear kernel (cpu_gemm_linear.c) or, with linear_gemm = "openblas"
+ * or on a CPU without AVX2, OpenBLAS; bitwise the same for any thread count. 0, or -1
+ * when out of memory. */
+int cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
                     const float *B, int ldb, float *C, int ldc);
 /* A GEMM whose compute dtype is a number format (8-bit emulation with scaling). */
 int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g);

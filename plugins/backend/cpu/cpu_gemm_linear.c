@@ -1,0 +1,301 @@
+/* The one-matrix fp32 GEMMs (the linear layers' forward, input and weight gradients, and
+ * every other unbatched product of the backend): packed, cache-blocked, register-tiled in
+ * AVX-512 (or AVX2), with the attention kernel's contract (cpu_gemm_small.c):
+ *   acc = +0; for l = 0 .. K-1 in order: acc = fmaf(opA[i, l], opB[l, j], acc);
+ *   C[i, j] = alpha * acc                      (beta = 0: C is not read)
+ *   C[i, j] = alpha * acc + beta * C[i, j]     (otherwise; each product and the sum rounded)
+ * One FMA chain per element: the bits depend neither on the ISA path, the tile, the
+ * blocking nor the thread count (test_cpu_ops checks all four against a scalar loop).
+ * K is cut into blocks only when beta = 0: the running sum of a block is stored in C as
+ * the fp32 value it is and the next block continues the chain from it, so a cut K is
+ * the same chain; with beta != 0 C must keep its value until the end, and K is not cut.
+ *
+ * Layout (row-major C, vectors along N): op(A) is packed into panels of MR rows (for each
+ * l, MR consecutive values, the rows past M zero), op(B) into panels of NR columns (for
+ * each l, NR consecutive values, the columns past N zero). All of op(B) is packed first,
+ * by every thread together, into one buffer the pieces share. Then C is cut into one
+ * piece per thread, along M (along N when M has fewer row tiles than there are threads),
+ * and each piece runs, outermost first: K blocks (KC) -> pack the piece's rows of A ->
+ * column blocks (NC: KC x NC of packed B, kept in L2) -> MR-row panels (one A panel,
+ * MR x KC, kept in L1) -> NR-column panels -> the MR x NR tile in registers. */
+#include "cpu_internal.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* K per block (the A panel MR x KC floats in L1) and the B block's size in floats (L2). */
+#define LIN_KC_MAX 768
+#define LIN_B_BLOCK_FLOATS (256 * 1024)
+
+enum { LIN_FIRST = 1, LIN_LAST = 2 };
+
+/* acc over kc values of an A panel (ap: l * MR + r) and a B panel (bp: l * NR + j) into
+ * the MR x NR tile at c (row stride ldc): acc starts at +0 (LIN_FIRST) or at c's stored
+ * running sum; on LIN_LAST c = alpha * acc (+ beta * c when beta != 0), else c = acc. */
+typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, size_t ldc, int mode, float alpha,
+                           float beta);
+
+#define LIN_TILE(NAME, TARGET, VEC, W, R, NV, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                              \
+    __attribute__((target(TARGET))) static void NAME(int kc, const float *restrict ap, const float *restrict bp,   \
+                                                     float *c, size_t ldc, int mode, float alpha, float beta)      \
+    {                                                                                                              \
+        VEC acc[R][NV];                                                                                            \
+        if (mode & LIN_FIRST) {                                                                                    \
+            for (int r = 0; r < (R); r++)                                                                          \
+                for (int v = 0; v < (NV); v++) acc[r][v] = ZERO();                                                 \
+        } else {                                                                                                   \
+            for (int r = 0; r < (R); r++)                                                                          \
+                for (int v = 0; v < (NV); v++) acc[r][v] = LOAD(c + (size_t)r * ldc + (size_t)(v * (W)));          \
+        }                                                                                                          \
+        for (int l = 0; l < kc; l++, ap += (R), bp += (NV) * (W)) {                                                \
+            VEC bv[NV];                                                                                            \
+            for (int v = 0; v < (NV); v++) bv[v] = LOAD(bp + v * (W));                                             \
+            for (int r = 0; r < (R); r++) {                                                                        \
+                VEC av = SET1(ap[r]);                                                                              \
+                for (int v = 0; v < (NV); v++) acc[r][v] = FMA(av, bv[v], acc[r][v]);                              \
+            }                                                                                                      \
+        }                                                                                                          \
+        if (!(mode & LIN_LAST)) {                                                                                  \
+            for (int r = 0; r < (R); r++)                                                                          \
+                for (int v = 0; v < (NV); v++) STORE(c + (size_t)r * ldc + (size_t)(v * (W)), acc[r][v]);          \
+            return;                                                                                                \
+        }                                                                                                          \
+        VEC al = SET1(alpha), bt = SET1(beta);                                                                     \
+        for (int r = 0; r < (R); r++)                                                                              \
+            for (int v = 0; v < (NV); v++) {                                                                       \
+                float *p = c + (size_t)r * ldc + (size_t)(v * (W));                                                \
+                VEC x = MUL(al, acc[r][v]);                                                                        \
+                if (beta != 0.0f) x = ADD(x, MUL(bt, LOAD(p)));                                                    \
+                STORE(p, x);                                                                                       \
+            }                                                                                                      \
+    }
+
+#if defined(__x86_64__) || defined(__i386__)
+#define Z512() _mm512_setzero_ps()
+#define Z256() _mm256_setzero_ps()
+#define LIN512(NAME, R, NV) LIN_TILE(NAME, "avx512f", __m512, 16, R, NV, Z512, _mm512_loadu_ps, _mm512_set1_ps, \
+                                     _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
+#define LIN256(NAME, R, NV) LIN_TILE(NAME, "avx2,fma", __m256, 8, R, NV, Z256, _mm256_loadu_ps, _mm256_set1_ps, \
+                                     _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
+LIN512(lin512_12x2, 12, 2)
+LIN256(lin256_6x2, 6, 2)
+#endif
+
+/* Tile geometry of an ISA level (cpu_small_gemm_level): MR rows, NR columns. */
+typedef struct lin_isa { int mr, nr; lin_kernel fn; } lin_isa;
+
+static int lin_isa_of(int level, lin_isa *out)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    /* 12 x 32 (24 of the 32 zmm registers accumulate) was the fastest of 8 x 48, 12 x 32,
+     * 14 x 32 and 6 x 64 on bert-base's and MiniLM's shapes on a Xeon with AVX-512 */
+    if (level >= 2) { *out = (lin_isa){ 12, 32, lin512_12x2 }; return 0; }
+    if (level == 1) { *out = (lin_isa){ 6, 16, lin256_6x2 }; return 0; }
+#endif
+    (void)level; (void)out;
+    return -1;
+}
+
+/* One GEMM: opA[i, l] = a[i a_rs + l a_ks], opB[l, j] = b[l b_ks + j b_cs]. */
+typedef struct lin {
+    int m, n, k;
+    float alpha, beta;
+    const float *a, *b;
+    size_t a_rs, a_ks, b_ks, b_cs;
+    float *c;
+    size_t ldc;
+    int kc;      /* K per block */
+    int nc;      /* columns per B block, a multiple of NR */
+    int np;      /* N rounded up to NR */
+    float *bpack;   /* all of op(B), packed: K block kb at kb KC np, its panel jp at + jp NR kc */
+    lin_isa isa;
+} lin;
+
+static int ceil_to(int x, int q) { return (x + q - 1) / q * q; }
+
+/* dst[c dst_ld + r] = src[r src_ld + c], r < rows, c < cols: in 4 x 4 blocks. */
+static void transpose_into(const float *src, size_t src_ld, int rows, int cols, float *dst, size_t dst_ld)
+{
+    int r = 0;
+#if defined(__SSE__)
+    for (; r + 4 <= rows; r += 4) {
+        const float *s0 = src + (size_t)r * src_ld;
+        int c = 0;
+        for (; c + 4 <= cols; c += 4) {
+            __m128 x0 = _mm_loadu_ps(s0 + c), x1 = _mm_loadu_ps(s0 + src_ld + c);
+            __m128 x2 = _mm_loadu_ps(s0 + 2 * src_ld + c), x3 = _mm_loadu_ps(s0 + 3 * src_ld + c);
+            _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+            float *d = dst + (size_t)c * dst_ld + (size_t)r;
+            _mm_storeu_ps(d, x0);
+            _mm_storeu_ps(d + dst_ld, x1);
+            _mm_storeu_ps(d + 2 * dst_ld, x2);
+            _mm_storeu_ps(d + 3 * dst_ld, x3);
+        }
+        for (; c < cols; c++)
+            for (int q = 0; q < 4; q++) dst[(size_t)c * dst_ld + (size_t)(r + q)] = s0[(size_t)q * src_ld + (size_t)c];
+    }
+#endif
+    for (; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * dst_ld + (size_t)r] = src[(size_t)r * src_ld + (size_t)c];
+}
+
+/* Rows [i0, i0 + mc) of op(A), K values [p0, p0 + kc), as MR-row panels. */
+static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
+{
+    const int mr = g->isa.mr;
+    for (int ir = 0; ir < mc; ir += mr) {
+        float *d = dst + (size_t)ir * (size_t)kc;
+        int rows = mc - ir < mr ? mc - ir : mr;
+        if (g->a_ks == 1) {   /* rows of A contiguous: transposed in blocks */
+            transpose_into(g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
+        } else {              /* op(A) = A^T: an MR strip of a row of A is contiguous */
+            for (int l = 0; l < kc; l++)
+                memcpy(d + (size_t)l * mr, g->a + (size_t)(p0 + l) * g->a_ks + (size_t)(i0 + ir), (size_t)rows * sizeof(float));
+        }
+        if (rows < mr)
+            for (int l = 0; l < kc; l++)
+                for (int r = rows; r < mr; r++) d[(size_t)l * mr + r] = 0.0f;
+    }
+}
+
+/* Panel jp of K block kb of op(B) into g->bpack. */
+static void pack_b_panel(const lin *g, int kb, int jp)
+{
+    const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, j0 = jp * nr;
+    float *d = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np + (size_t)j0 * (size_t)kc;
+    int w = g->n - j0 < nr ? g->n - j0 : nr;
+    if (g->b_cs == 1) {   /* rows of op(B) contiguous */
+        for (int l = 0; l < kc; l++)
+            memcpy(d + (size_t)l * nr, g->b + (size_t)(p0 + l) * g->b_ks + (size_t)j0, (size_t)w * sizeof(float));
+    } else {              /* op(B) = B^T: a column of op(B) is a contiguous row of B */
+        transpose_into(g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
+    }
+    if (w < nr)
+        for (int l = 0; l < kc; l++)
+            for (int j = w; j < nr; j++) d[(size_t)l * nr + j] = 0.0f;
+}
+
+static void pack_b_panels(void *vg, size_t begin, size_t end)
+{
+    const lin *g = vg;
+    size_t per_block = (size_t)(g->np / g->isa.nr);
+    for (size_t u = begin; u < end; u++) pack_b_panel(g, (int)(u / per_block), (int)(u % per_block));
+}
+
+/* A tile at the edge of C (rows x cols of MR x NR): through a full tile on the stack. */
+static void edge_tile(const lin *g, int kc, const float *ap, const float *bp, float *c, int rows, int cols, int mode)
+{
+    float t[16 * 64];   /* MR x NR of every ISA's tile fits */
+    const int nr = g->isa.nr;
+    memset(t, 0, sizeof t);
+    if (!(mode & LIN_FIRST) || g->beta != 0.0f)
+        for (int r = 0; r < rows; r++) memcpy(t + (size_t)r * nr, c + (size_t)r * g->ldc, (size_t)cols * sizeof(float));
+    g->isa.fn(kc, ap, bp, t, (size_t)nr, mode, g->alpha, g->beta);
+    for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * g->ldc, t + (size_t)r * nr, (size_t)cols * sizeof(float));
+}
+
+/* Floats of packing buffer a piece of mc rows needs: its A rows of one K block. */
+static size_t piece_floats(const lin *g, int mc) { return (size_t)ceil_to(mc, g->isa.mr) * (size_t)g->kc; }
+
+/* C[i0 .. i1) x [j0 .. j1) (j0, j1 multiples of NR or j1 = N), every K block, from the
+ * packed B; `abuf` holds piece_floats(i1 - i0). */
+static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
+{
+    const int mr = g->isa.mr, nr = g->isa.nr, mc = i1 - i0;
+    for (int p0 = 0; p0 < g->k; p0 += g->kc) {
+        int kc = g->k - p0 < g->kc ? g->k - p0 : g->kc;
+        int mode = (p0 == 0 ? LIN_FIRST : 0) | (p0 + kc == g->k ? LIN_LAST : 0);
+        const float *bblock = g->bpack + (size_t)p0 * (size_t)g->np;   /* K block p0 / KC */
+        pack_a(g, i0, mc, p0, kc, abuf);
+        for (int jc = j0; jc < j1; jc += g->nc) {
+            int je = j1 - jc < g->nc ? j1 : jc + g->nc;
+            for (int ir = 0; ir < mc; ir += mr) {
+                int rows = mc - ir < mr ? mc - ir : mr;
+                const float *ap = abuf + (size_t)ir * (size_t)kc;
+                float *crow = g->c + (size_t)(i0 + ir) * g->ldc;
+                for (int j = jc; j < je; j += nr) {
+                    int cols = je - j < nr ? je - j : nr;
+                    const float *bp = bblock + (size_t)j * (size_t)kc;
+                    if (rows == mr && cols == nr) g->isa.fn(kc, ap, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
+                    else edge_tile(g, kc, ap, bp, crow + j, rows, cols, mode);
+                }
+            }
+        }
+    }
+}
+
+typedef struct lin_job {
+    const lin *g;
+    int by_rows, per, dim;   /* pieces of `per` rows (or columns) along dim */
+    void **bufs;
+} lin_job;
+
+static void lin_pieces(void *vj, size_t begin, size_t end)
+{
+    const lin_job *j = vj;
+    for (size_t p = begin; p < end; p++) {
+        int lo = (int)p * j->per, hi = lo + j->per < j->dim ? lo + j->per : j->dim;
+        if (j->by_rows) lin_piece(j->g, lo, hi, 0, j->g->n, j->bufs[p]);
+        else lin_piece(j->g, 0, j->g->m, lo, hi, j->bufs[p]);
+    }
+}
+
+/* Buffer `slot` of the backend's linear-GEMM buffers of at least `floats`, 64-byte aligned. */
+static float *lin_buf(cpu_be *be, int slot, size_t floats)
+{
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    if (bytes > be->lin_ws_bytes[slot]) {
+        free(be->lin_ws[slot]);
+        be->lin_ws[slot] = aligned_alloc(64, bytes);
+        be->lin_ws_bytes[slot] = be->lin_ws[slot] ? bytes : 0;
+    }
+    return be->lin_ws[slot];
+}
+
+int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
+                    float *C, int ldc)
+{
+    lin s = { .m = g->m, .n = g->n, .k = g->k, .alpha = g->alpha, .beta = g->beta, .a = A, .b = B,
+              .a_rs = g->trans_a ? 1 : (size_t)lda, .a_ks = g->trans_a ? (size_t)lda : 1,
+              .b_ks = g->trans_b ? 1 : (size_t)ldb, .b_cs = g->trans_b ? (size_t)ldb : 1, .c = C, .ldc = (size_t)ldc };
+    if (lin_isa_of(be->linear_gemm, &s.isa)) return -1;
+    /* K blocks of equal size (one when beta != 0: C keeps its value to the end) */
+    int nk = g->beta != 0.0f ? 1 : (g->k + LIN_KC_MAX - 1) / LIN_KC_MAX;
+    s.kc = (g->k + nk - 1) / nk;
+    nk = (g->k + s.kc - 1) / s.kc;
+    s.np = ceil_to(g->n, s.isa.nr);
+    s.nc = LIN_B_BLOCK_FLOATS / s.kc / s.isa.nr * s.isa.nr;
+    if (s.nc < s.isa.nr) s.nc = s.isa.nr;
+    /* pieces along M (each packs its own rows of A; all share the packed B), along N when
+     * M has fewer row tiles than there are threads */
+    int threads = pool ? be->threads : 1, mt = (g->m + s.isa.mr - 1) / s.isa.mr, nt = s.np / s.isa.nr;
+    int by_rows = mt >= threads || mt >= nt, dim = by_rows ? g->m : g->n, unit = by_rows ? s.isa.mr : s.isa.nr;
+    int units = by_rows ? mt : nt, pieces = threads < units ? threads : units;
+    int per = (units + pieces - 1) / pieces * unit;
+    pieces = (dim + per - 1) / per;
+    size_t need = piece_floats(&s, by_rows ? per : g->m), bfloats = (size_t)nk * (size_t)s.kc * (size_t)s.np;
+    void *local = NULL, *one[1];
+    void **bufs = one;
+    if (pool) {
+        /* the backend's buffers, grown here on the calling thread: one per piece, then B
+         * (without a pool the caller may be one of several threads: buffers of its own) */
+        for (int p = 0; p < pieces; p++)
+            if (!lin_buf(be, p, need)) return -1;
+        if (!(s.bpack = lin_buf(be, be->threads, bfloats))) return -1;
+        bufs = be->lin_ws;
+    } else {
+        size_t bytes = ((need + bfloats) * sizeof(float) + 63) / 64 * 64;
+        if (!(local = aligned_alloc(64, bytes))) return -1;
+        one[0] = local;
+        s.bpack = (float *)local + need;
+    }
+    size_t panels = (size_t)nk * (size_t)(s.np / s.isa.nr);
+    if (pool && threads > 1 && panels > 1) cpu_pool_run(pool, panels, (panels + 4 * (size_t)threads - 1) / (4 * (size_t)threads), pack_b_panels, &s);
+    else pack_b_panels(&s, 0, panels);
+    lin_job job = { &s, by_rows, per, dim, bufs };
+    if (pieces > 1) cpu_pool_run(pool, (size_t)pieces, 1, lin_pieces, &job);
+    else lin_pieces(&job, 0, 1);
+    free(local);
+    return 0;
+}
