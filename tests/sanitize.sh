@@ -42,6 +42,9 @@ if [ -n "$real_mpirun" ]; then
         echo '# stacks with DWARF (verify_asan_link_order=0: no_dlclose.so comes before libasan)'
         echo "export LD_PRELOAD=\"$dir/build/lib/no_dlclose.so\${LD_PRELOAD:+:\$LD_PRELOAD}\""
         echo 'export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0:fast_unwind_on_malloc=0"'
+        # leak checking off in every rank unless SAN_RANK_LEAKS=1 (below): the other suites
+        # that start ranks (test_update_window, test_update_threads) get the same setting
+        if [ "${SAN_RANK_LEAKS:-0}" != 1 ]; then echo 'export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"'; fi
         echo "exec \"$real_mpirun\" \"\$@\""
     } > build/san-bin/mpirun
     chmod +x build/san-bin/mpirun
@@ -58,7 +61,8 @@ ranks=$(grep '/test_ranks$' build/tests.list || true)
 # crashes at a rank's exit ("Tracer caught signal 11 ... LeakSanitizer has encountered a
 # fatal error", with OpenMPI's progress threads alive), failing a test that is fine. ASan
 # and UBSan stay on. SAN_RANK_LEAKS=1 turns leak checking on there too (the wrapper and
-# suppressions above make it meaningful).
+# suppressions above make it meaningful). The mpirun wrapper applies the same setting to
+# the ranks the other suites start; their own processes keep leak checking.
 if [ -n "$ranks" ]; then
     if [ "${SAN_RANK_LEAKS:-0}" = 1 ]; then RUN_TESTS_JOBS=1 bash tests/run-tests.sh $ranks || rc=1
     else
