@@ -3,7 +3,8 @@
  * 12 heads), beside OpenBLAS's own cblas_sgemm in the same run.
  * Columns: GFLOP/s of raw sgemm, of the op with fp32 storage, with bf16 storage (and
  * compute), with fp16 storage, and the bf16/fp32 time ratio (target <= 1.25).
- * Usage: bench_gemm [threads]   (default 0 = all cores) */
+ * Usage: bench_gemm [threads [attention_gemm [linear_gemm]]]   (default 0 = all cores,
+ * "mpx", "mpx") */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,9 +82,10 @@ int main(int argc, char **argv)
     const char *why = NULL;
     const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
     if (!d) { fprintf(stderr, "cannot load build/plugins/backend-cpu.so: %s\n", why); return 1; }
-    const char *attn = argc > 2 ? argv[2] : "mpx";
-    char opts[160];
-    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\";", threads, attn);
+    const char *attn = argc > 2 ? argv[2] : "mpx", *lin = argc > 3 ? argv[3] : "mpx";
+    char opts[200];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\";",
+             threads, attn, lin);
     mpx_env *env = th_env(opts, NULL, NULL);
     const mpx_backend_vtable *vt = d->vtable;
     void *be = NULL;
@@ -111,6 +113,10 @@ int main(int argc, char **argv)
         shapes[ns] = (shape){ names[ns], 0, 1, S, S, dh, B * H }; ns++;
         snprintf(names[ns], 64, "H%d attn PV    %dx(%dx%dx%d)", Hd, B * H, S, dh, S);
         shapes[ns] = (shape){ names[ns], 0, 0, S, dh, S, B * H }; ns++;
+        snprintf(names[ns], 64, "H%d attn dP=dC.V^T %dx(%dx%dx%d)", Hd, B * H, S, S, dh);
+        shapes[ns] = (shape){ names[ns], 0, 1, S, S, dh, B * H }; ns++;
+        snprintf(names[ns], 64, "H%d attn dV=P^T.dC %dx(%dx%dx%d)", Hd, B * H, S, dh, S);
+        shapes[ns] = (shape){ names[ns], 1, 0, S, dh, S, B * H }; ns++;
     }
 
     printf("%s\n", vt->describe(be));

@@ -10,13 +10,16 @@
 #include <time.h>
 
 enum {
-    C_GEMM, C_ATTN_GEMM, C_SOFTMAX, C_SOFTMAX_DROPOUT, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS, C_ELEMENTWISE,
+    C_GEMM, C_ATTN_GEMM, C_ATTN_FWD, C_ATTN_BWD, C_SOFTMAX, C_SOFTMAX_DROPOUT, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS,
+    C_ELEMENTWISE,
     C_CAST, C_EMBEDDING, C_LOSS, C_REDUCE, C_OPTIMIZER, C_WRITE_BACK, C_MEMORY, N_CLASSES
 };
 
 static const char *const class_name[N_CLASSES] = {
     [C_GEMM] = "GEMM, linear layers (batch 1)",
     [C_ATTN_GEMM] = "GEMM, attention (QK^T, PV: batched)",
+    [C_ATTN_FWD] = "attention core fwd (one op: QK^T, softmax, dropout, PV)",
+    [C_ATTN_BWD] = "attention core bwd (one op: dP, dV, softmax bwd, dQ, dK)",
     [C_SOFTMAX] = "softmax fwd/bwd",
     [C_SOFTMAX_DROPOUT] = "softmax + attention dropout, fused",
     [C_LAYERNORM] = "layernorm fwd/bwd",
@@ -110,6 +113,8 @@ static int w_dsm_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t r, siz
 {
     TIMED(C_SOFTMAX_DROPOUT, real->dropout_softmax_bwd(be, dyd, y, dx, r, c, sc, p, rng));
 }
+static int w_attn_fwd(void *be, const mpx_attention *a) { TIMED(C_ATTN_FWD, real->attention_fwd(be, a)); }
+static int w_attn_bwd(void *be, const mpx_attention *a) { TIMED(C_ATTN_BWD, real->attention_bwd(be, a)); }
 static int w_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_GELU, real->gelu_fwd(be, x, y, n)); }
 static int w_gelu_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg dx, size_t n)
 {
@@ -198,6 +203,10 @@ int bench_profile_install(mpx_session *s)
         if (real->softmax_dropout_fwd) wrapped.softmax_dropout_fwd = w_smd_fwd;
         if (real->dropout_softmax_bwd) wrapped.dropout_softmax_bwd = w_dsm_bwd;
     }
+    if (MPX_OPS_HAS(real, attention_bwd)) {
+        if (real->attention_fwd) wrapped.attention_fwd = w_attn_fwd;
+        if (real->attention_bwd) wrapped.attention_bwd = w_attn_bwd;
+    }
     s->ops = &wrapped;
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     opt_rec = *o->rec;
@@ -216,7 +225,10 @@ void bench_profile_reset(void)
     step_wall_s = 0;
 }
 
-double bench_profile_gemm_s(void) { return sum_s[C_GEMM] + sum_s[C_ATTN_GEMM]; }
+double bench_profile_gemm_s(void)
+{
+    return sum_s[C_GEMM] + sum_s[C_ATTN_GEMM] + sum_s[C_ATTN_FWD] + sum_s[C_ATTN_BWD];
+}
 
 void bench_profile_print(int steps, double total_s)
 {

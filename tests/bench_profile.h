@@ -19,7 +19,8 @@ void bench_profile_reset(void);
 /* Prints the per-class table for `steps` profiled steps of median `step_s` seconds
  * whose sum was `total_s`, each line indented by two spaces. */
 void bench_profile_print(int steps, double total_s);
-/* Seconds spent in GEMM ops (linear and attention) since the last reset. */
+/* Seconds spent in GEMM ops (linear and attention) and in the attention op since the last
+ * reset. */
 double bench_profile_gemm_s(void);
 
 #endif

@@ -672,7 +672,8 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
            "blas GF, mpx GF = GFLOP/s of an fp32 GEMM %dx3072x768 (x W^T) by cblas_sgemm (OpenBLAS threads = thr, the "
            "table's kernels) and by the backend's gemm op (its linear kernel), timed before each step; the ceiling is "
            "the faster of the two; of ceil = GEMM GF / step s / ceiling (the whole step against the ceiling); GEMMs = "
-           "GEMM GF / the seconds inside the GEMM ops / ceiling (the GEMMs alone); act = the model's counted scratch; "
+           "GEMM GF / the seconds inside the GEMM ops and the attention op / ceiling (the GEMMs alone, but for the "
+           "attention op's softmax and dropout, which run inside it between its GEMMs); act = the model's counted scratch; "
            "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies (measured once per model: "
            "PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s\n", BATCH * SEQ);
     json[0] = 0;

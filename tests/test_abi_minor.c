@@ -40,18 +40,19 @@ Test(abi_minor, a_1_0_backend_runs_as_the_1_1_one)
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }
 
-/* ABI 1.10 appended the fused softmax + dropout ops, which the bert model uses when the
- * backend has them and the attention dropout is on. The 1.0 table has neither, so the
- * model runs softmax_fwd and dropout_fwd (and dropout_bwd and softmax_bwd) one after the
- * other: the tiny BERT's losses and gradient norms must be those of the fused path (to
- * the 9 digits metrics.csv keeps: the fp32 loss exactly), with the probabilities in fp32
- * and in bf16. */
+/* ABI 1.10 appended the fused softmax + dropout ops, and 1.11 the attention op (the whole
+ * attention core a head at a time), which the bert model uses when the backend has them.
+ * The 1.0 table has none, so the model runs the batched GEMMs, softmax_fwd and dropout_fwd
+ * (and dropout_bwd and softmax_bwd) one after the other: the tiny BERT's losses and
+ * gradient norms must be those of the attention op's path (to the 9 digits metrics.csv
+ * keeps: the fp32 loss exactly), with fp32 activations, bf16 ones (bf16-master) and amp's
+ * fp16 ones with fp32 softmax. */
 Test(abi_minor, the_fused_attention_dropout_trains_as_the_two_ops)
 {
     char *tmp = ts_tmpdir("abi10-fused"), sub[600];
     const char *const be[2] = { "cpu", "cpu-abi10" };
-    const char *const policy[2] = { "fp32", "bf16-master" };
-    for (int i = 0; i < 2; i++) {
+    const char *const policy[3] = { "fp32", "bf16-master", "amp" };
+    for (int i = 0; i < 3; i++) {
         char extra[200];
         snprintf(sub, sizeof sub, "%s/%s", tmp, policy[i]);
         snprintf(extra, sizeof extra, "-s 'precision.plugin=\"%s\"'", policy[i]);

@@ -12,6 +12,8 @@
 #ifndef MPX_BERT_H
 #define MPX_BERT_H
 
+#include <math.h>
+
 #include <mpx/mpx.h>
 
 typedef struct bert_config {
@@ -72,6 +74,7 @@ typedef struct bert {
     mpx_dtype dt_gemm_fwd, dt_gemm_bwd; /* GEMM compute dtypes; dt_gemm is the one in use */
     mpx_dtype *pg;         /* [n_params][2] per-parameter GEMM dtypes from the host (ABI 1.3), or NULL */
     int forward_only;         /* bound with no grads (mpx eval): see bert_bind.c */
+    int fused_attn;           /* the backend's attention_fwd/_bwd run the attention core (bind) */
     mpx_dtype dt_w, dt_gemm, dt_act, dt_ln, dt_sm, dt_loss, dt_res, dt_grad, dt_eval;
     mpx_arg W, G;
     size_t *off;
@@ -166,6 +169,22 @@ static inline int bert_fused_attn_dropout(const bert *m)
 {
     return m->drop_on && m->p_attn > 0.0f && MPX_OPS_HAS(m->ops, dropout_softmax_bwd) &&
            m->ops->softmax_dropout_fwd && m->ops->dropout_softmax_bwd;
+}
+
+/* The attention core of layer l as one mpx_attention (ABI 1.11), the fields forward and
+ * backward share; the caller sets probs (and the gradients). */
+static inline mpx_attention bert_attention(const bert *m, const bert_layer_act *a, int l)
+{
+    const int H = m->cfg.hidden, NH = m->cfg.heads;
+    mpx_attention at = {
+        .size = sizeof at, .batch = m->cur_b, .heads = NH, .seq = m->cur_s, .head_dim = H / NH, .ld = H,
+        .q = mpx_a(a->q, m->dt_act), .k = mpx_a(a->k, m->dt_act), .v = mpx_a(a->v, m->dt_act),
+        .ctx = mpx_a(a->ctx, m->dt_act), .mask = mpx_a(m->mask, MPX_F32), .probs = mpx_a(a->probs, m->dt_sm),
+        .scores_t = m->dt_act, .ds_t = m->dt_act, .compute = m->dt_gemm,
+        .scale = 1.0f / sqrtf((float)(H / NH)), .p = m->drop_on ? m->p_attn : 0.0f,
+        .rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 },
+    };
+    return at;
 }
 
 /* Shorthands used by forward and backward. */

@@ -128,6 +128,14 @@ static int attention_scores_bwd(bert *m, const bert_layer_act *a, mpx_arg ds)
 static int attention_core_bwd(bert *m, int l)
 {
     const bert_layer_act *a = &m->act[l];
+    if (m->fused_attn) {   /* the same bits as the ops below, a head at a time */
+        mpx_attention at = bert_attention(m, a, l);
+        at.dctx = mpx_a(m->gctx, m->dt_act);
+        at.dq = mpx_a(m->gq, m->dt_act);
+        at.dk = mpx_a(m->gk, m->dt_act);
+        at.dv = mpx_a(m->gv, m->dt_act);
+        return m->ops->attention_bwd(m->be, &at);
+    }
     const size_t n_probs = (size_t)m->cur_b * m->cur_s * m->cur_s * m->cfg.heads;
     const int drop = m->drop_on && m->p_attn > 0.0f;
     mpx_arg probs = mpx_a(a->probs, m->dt_sm), pd = drop ? mpx_a(a->pd, m->dt_sm) : probs;

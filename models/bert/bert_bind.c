@@ -57,6 +57,19 @@ static void pick_dtypes(bert *m)
     m->dt_res = mpx_island_dtype(d, MPX_ISLAND_RESIDUAL);
 }
 
+/* Whether the backend's attention op (ABI 1.11) runs every layer's attention core: it
+ * has one, and no layer's attention GEMMs compute in a number format (those go through
+ * the gemm op's scaled path, one op at a time). */
+static int attention_op_fits(const bert *m)
+{
+    const mpx_ops *o = m->ops;
+    if (!MPX_OPS_HAS(o, attention_bwd) || !o->attention_fwd || !o->attention_bwd) return 0;
+    for (int l = 0; l < m->cfg.layers; l++)
+        for (int bwd = 0; bwd < 2; bwd++)
+            if (mpx_dtype_is_format(bert_param_gemm(m, bert_layer_param(l, L_Q_W), bwd))) return 0;
+    return 1;
+}
+
 static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
 {
     bert_layer_act *a = &m->act[l];
@@ -69,10 +82,12 @@ static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
     BUF(k, T * H * act, "key");
     BUF(v, T * H * act, "value");
     BUF(ctx, T * H * act, "context");
-    BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
-    /* the dropped probabilities are kept rather than regenerated in backward: one
-     * Philox pass and one pass over [B, NH, S, S] less per layer, for this memory */
-    if (m->p_attn > 0.0f && !m->forward_only) BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
+    /* with the backend's attention op an evaluation forward keeps no probabilities, and
+     * backward regenerates the dropped ones a head at a time (cheap in cache); the ops
+     * one by one keep them: one Philox pass and one pass over [B, NH, S, S] less */
+    if (!(m->fused_attn && m->forward_only)) BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
+    if (!m->fused_attn && m->p_attn > 0.0f && !m->forward_only)
+        BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
     BUF(r1, T * H * res, "attention residual");
     BUF(r2, T * H * res, "ffn residual");
     BUF(x1, T * H * ln, "attention layernorm");
@@ -97,7 +112,7 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
     m->mean0 = scratch(m, T * 4, "bert embedding layernorm mean", rc);
     m->rstd0 = scratch(m, T * 4, "bert embedding layernorm rstd", rc);
     m->ta = scratch(m, T * H * act, "bert dense output", rc);
-    m->gp1 = scratch(m, probs * 4, "bert scores / probability grads", rc);
+    if (!m->fused_attn) m->gp1 = scratch(m, probs * 4, "bert scores / probability grads", rc);
     m->gr = scratch(m, T * H * 4, "bert hidden grads", rc);   /* forward: the embedding temporary */
     for (int i = 0; i < 2; i++) {
         m->logits[i] = scratch(m, T * 4, "bert logits", rc);
@@ -108,7 +123,7 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
     m->widen_grads = 0;
     if (m->forward_only) return *rc;
     m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
-    m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
+    if (!m->fused_attn) m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
     void **th[] = { &m->gx, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };
     for (size_t i = 0; i < MPX_COUNT(th); i++) *th[i] = scratch(m, T * H * 4, "bert hidden grads", rc);
     m->gff = scratch(m, T * I * 4, "bert intermediate grads", rc);
@@ -135,6 +150,7 @@ int bert_bind(bert *m, const mpx_model_bind *b, int max_batch, int max_seq)
     if (!m->ops) return MPX_FAIL(m->env, "bind: the host has no compute backend");
     pick_dtypes(m);
     m->forward_only = b->grads.p == NULL;
+    m->fused_attn = attention_op_fits(m);
     if (b->weights.t != m->dt_w || (!m->forward_only && b->grads.t != m->dt_grad))
         return MPX_FAIL(m->env, "bind: weights are %s and grads %s but the precision says %s and %s",
                         mpx_dtype_name(b->weights.t), mpx_dtype_name(b->grads.t),

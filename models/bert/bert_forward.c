@@ -178,6 +178,11 @@ static int self_attention(bert *m, int l, mpx_arg x)
     MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_Q_W), mpx_a(a->q, m->dt_act), T, H, H));
     MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_K_W), mpx_a(a->k, m->dt_act), T, H, H));
     MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_V_W), mpx_a(a->v, m->dt_act), T, H, H));
+    if (m->fused_attn) {   /* the same bits as the ops below, a head at a time */
+        mpx_attention at = bert_attention(m, a, l);
+        if (m->forward_only) at.probs.p = NULL;   /* nothing to keep for a backward */
+        return m->ops->attention_fwd(m->be, &at);
+    }
     mpx_arg sc = mpx_a(m->gp1, m->dt_act), probs = mpx_a(a->probs, m->dt_sm);
     MPX_TRY(attention_scores(m, a, sc));
     if (bert_fused_attn_dropout(m)) {   /* the same bits as the two ops below, in one pass */

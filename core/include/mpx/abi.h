@@ -36,8 +36,11 @@
  *  1.9  MPX_OPT_CONCURRENT in mpx_optimizer_vtable.flags (mpx/optimizer.h): the host may
  *       run one step's pieces on several threads (train.update_threads);
  *  1.10 mpx_ops.softmax_dropout_fwd / dropout_softmax_bwd (optional, mpx/ops.h): the
- *       attention softmax and its dropout fused, bit for bit the two ops in sequence. */
-#define MPX_ABI_MINOR 10
+ *       attention softmax and its dropout fused, bit for bit the two ops in sequence;
+ *  1.11 mpx_ops.attention_fwd / attention_bwd (optional, mpx/ops.h): self-attention's
+ *       core (scores, softmax, dropout, context and their gradients) in one op, bit for
+ *       bit the GEMMs and row ops it stands for. */
+#define MPX_ABI_MINOR 11
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -63,6 +63,35 @@ typedef enum mpx_rounding {
     MPX_ROUND_KAHAN = 2,
 } mpx_rounding;
 
+/* ---- ABI 1.11: self-attention's core in one op (mpx_ops.attention_fwd / _bwd) ----
+ * Head h of example b uses the [seq, head_dim] blocks X_bh = X[b * seq + i, h * head_dim + c]
+ * (rows ld apart) of q, k, v, ctx and of the gradients dq, dk, dv, dctx; probs and the
+ * dropout stream are [batch, heads, seq, seq]. With G(ta, tb, alpha, A, B -> C) the gemm
+ * op (batch 1, beta 0, compute `compute`, C in the named dtype), the two ops are exactly:
+ *   fwd: S  = G(0, 1, scale, Q_bh, K_bh)                    in scores_t
+ *        P  = softmax_fwd(S, mask, scale 1)                 in probs.t, kept in probs
+ *        Pd = dropout_fwd(P, p, rng)                        in probs.t (P when p = 0)
+ *        ctx_bh = G(0, 0, 1, Pd, V_bh)                      in ctx.t
+ *   bwd: dPd = G(0, 1, 1, dctx_bh, V_bh)                    in probs.t
+ *        dv_bh = G(1, 0, 1, Pd, dctx_bh)                    in dv.t (Pd from probs, as fwd)
+ *        dS = softmax_bwd(dropout_bwd(dPd, p, rng), P, 1)   in ds_t (dropout_softmax_bwd's bits)
+ *        dq_bh = G(0, 0, scale, dS, K_bh)                   in dq.t
+ *        dk_bh = G(1, 0, scale, dS, Q_bh)                   in dk.t
+ * fwd with probs.p NULL keeps nothing (an evaluation forward). mask: fp32 additive
+ * [batch, seq], p NULL for none. Outputs must not overlap inputs. */
+typedef struct mpx_attention {
+    uint32_t size;                 /* sizeof(mpx_attention) of the caller */
+    int batch, heads, seq, head_dim;
+    int ld;                        /* row stride (elements) of q, k, v, ctx, dq, dk, dv, dctx */
+    mpx_arg q, k, v, ctx;
+    mpx_arg mask;
+    mpx_arg probs;
+    mpx_dtype scores_t, ds_t, compute;
+    float scale, p;                /* the scores' scale (1 / sqrt(head_dim)), the dropout's p */
+    mpx_rng rng;                   /* element i of [batch, heads, seq, seq] draws rng.offset + i */
+    mpx_arg dctx, dq, dk, dv;      /* bwd only */
+} mpx_attention;
+
 /* ---- ABI 1.4: the optimizer rules on backend memory ----
  * One piece of one tensor, every buffer backend memory at the piece's first element.
  * The arithmetic is the host optimizers' exactly (plugins/optimizer/): fp32 throughout,
@@ -219,6 +248,15 @@ typedef struct mpx_ops {
      * not overlap dyd or y. */
     int (*dropout_softmax_bwd)(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
                                size_t cols, float scale, float p, mpx_rng rng);
+
+    /* ---- ABI 1.11 (read only when `size` covers them; NULL when the backend has none,
+     * and the caller then runs the ops of mpx_attention's comment one after the other) ----
+     * Self-attention's core, forward and backward, bit for bit those ops; see
+     * mpx_attention. What is saved is memory traffic: a backend may run one head at a
+     * time with its [seq, seq] intermediates in cache, and regenerate the dropped
+     * probabilities in backward instead of keeping them. */
+    int (*attention_fwd)(void *be, const mpx_attention *a);
+    int (*attention_bwd)(void *be, const mpx_attention *a);
 } mpx_ops;
 
 /* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */

@@ -3,6 +3,7 @@
  *   cpu_elementwise.c  cast, add, axpby, scale, gelu, dropout, apply_update
  *   cpu_gemm.c         gemm (OpenBLAS sgemm on fp32-widened inputs)
  *   cpu_rows.c         bias_add/grad, layernorm, softmax (and fused with dropout), cross_entropy
+ *   cpu_attention.c    the attention core in one op, a head per thread (ABI 1.11)
  *   cpu_misc.c         embeddings, sum_squares, count_nonfinite
  *   cpu_vecmath.c      vectorised Philox, Phi and exp used by those
  * See cpu_internal.h for which results depend on the thread count (only GEMM's, through
@@ -12,6 +13,7 @@
 
 #include <cblas.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,10 @@ static void cpu_destroy(void *vbe)
     for (int i = 0; be->lin_ws && i <= be->threads; i++) free(be->lin_ws[i]);
     free(be->lin_ws);
     free(be->lin_ws_bytes);
+    for (int i = 0; be->scr && i < be->threads; i++) free(be->scr[i]);
+    free(be->scr);
+    free(be->scr_bytes);
+    free((void *)be->scr_taken);
     for (int i = 0; i < MPX_FORMAT_END - MPX_FORMAT_FIRST; i++) free(be->lut[i]);
     free(be);
 }
@@ -93,7 +99,10 @@ static int cpu_create(mpx_env *env, void **out)
     if (!strcmp(lin, "mpx-avx2") && be->linear_gemm > 1) be->linear_gemm = 1;
     be->lin_ws = calloc((size_t)be->threads + 1, sizeof *be->lin_ws);
     be->lin_ws_bytes = calloc((size_t)be->threads + 1, sizeof *be->lin_ws_bytes);
-    if (!be->lin_ws || !be->lin_ws_bytes) {
+    be->scr = calloc((size_t)be->threads, sizeof *be->scr);
+    be->scr_bytes = calloc((size_t)be->threads, sizeof *be->scr_bytes);
+    be->scr_taken = calloc((size_t)be->threads, sizeof *be->scr_taken);
+    if (!be->lin_ws || !be->lin_ws_bytes || !be->scr || !be->scr_bytes || !be->scr_taken) {
         (void)MPX_FAIL(env, "out of memory creating the cpu backend");
         cpu_destroy(be);
         return MPX_ERR_NOMEM;
@@ -116,6 +125,22 @@ static int cpu_create(mpx_env *env, void **out)
 }
 
 static const char *cpu_describe(void *vbe) { return ((cpu_be *)vbe)->line; }
+
+void *cpu_scratch_take(cpu_be *be, size_t bytes, int *slot)
+{
+    int i = 0;
+    while (atomic_exchange(&be->scr_taken[i], 1)) i = (i + 1) % be->threads;   /* one is free (header) */
+    *slot = i;
+    if (bytes > be->scr_bytes[i]) {
+        free(be->scr[i]);
+        size_t rounded = (bytes + 63) / 64 * 64;
+        be->scr[i] = aligned_alloc(64, rounded);
+        be->scr_bytes[i] = be->scr[i] ? rounded : 0;
+    }
+    return be->scr[i];
+}
+
+void cpu_scratch_give(cpu_be *be, int slot) { atomic_store(&be->scr_taken[slot], 0); }
 
 void *cpu_ws(cpu_be *be, int slot, size_t bytes)
 {
@@ -201,6 +226,8 @@ static const mpx_ops cpu_ops = {
     .apply_update = cpu_apply_update,
     /* ABI 1.10 (past CPU_OPS_SIZE, so unread, in the 1.0 build) */
     .softmax_dropout_fwd = cpu_softmax_dropout_fwd, .dropout_softmax_bwd = cpu_dropout_softmax_bwd,
+    /* ABI 1.11 */
+    .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
 };
 
 static const mpx_backend_vtable cpu_vtable = {
@@ -215,7 +242,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.3.0",
+    .version = "1.4.0",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),

@@ -201,7 +201,7 @@ static operand item(const operand *o, int b)
     return r;
 }
 
-typedef struct gemm_bufs { float *a, *b, *c; } gemm_bufs;
+typedef struct gemm_bufs { float *a, *b, *c, *panel; } gemm_bufs;   /* panel NULL: allocated */
 
 /* Batch item b, start to finish: convert what needs it into `w`, sgemm (the attention
  * kernel, cpu_gemm_small.c, or cpu_sgemm_pool), round C back. `pool` NULL keeps the
@@ -223,7 +223,7 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
     if (cpu_small_gemm_fits(be, g)) {
-        if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc)) return -1;
+        if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc, w->panel)) return -1;
     } else if (cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc)) {
         return -1;
     }
@@ -256,7 +256,7 @@ static void batch_items(void *vj, size_t begin, size_t end)
         mem = malloc((sz[0] + sz[1] + sz[2]) * sizeof(float));
         if (!mem) { atomic_store(&j->failed, 1); return; }
     }
-    gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL };
+    gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL, NULL };
     for (size_t b = begin; b < end; b++)
         if (gemm_item(j->be, NULL, j->g, j->oa, j->ob, j->oc, (int)b, &w)) atomic_store(&j->failed, 1);
     free(mem);
@@ -278,7 +278,7 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
 {
     size_t sz[3];
     item_sizes(g, sz);
-    gemm_bufs w = { NULL, NULL, NULL };
+    gemm_bufs w = { NULL, NULL, NULL, NULL };
     if ((sz[0] && !(w.a = cpu_ws(be, 0, sz[0] * sizeof(float)))) ||
         (sz[1] && !(w.b = cpu_ws(be, 1, sz[1] * sizeof(float)))) ||
         (sz[2] && !(w.c = cpu_ws(be, 2, sz[2] * sizeof(float)))))
@@ -288,6 +288,34 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
             return (void)CPU_FAIL(be, "cpu gemm: out of memory for a kernel's packing buffers (m=%d n=%d k=%d)", g->m,
                                   g->n, g->k),
                    MPX_ERR_NOMEM;
+    return MPX_OK;
+}
+
+size_t cpu_gemm_local_floats(const cpu_be *be, const mpx_gemm *g)
+{
+    size_t sz[3];
+    item_sizes(g, sz);
+    return sz[0] + sz[1] + sz[2] + (cpu_small_gemm_fits(be, g) ? cpu_small_gemm_panel_floats(be, g) : 0) + 64;
+}
+
+int cpu_gemm_local(cpu_be *be, const mpx_gemm *g, float *ws)
+{
+    MPX_TRY(check_gemm(be, g));
+    if (g->m == 0 || g->n == 0) return MPX_OK;
+    if (mpx_dtype_is_format(g->compute))
+        return CPU_FAIL(be, "cpu gemm: a number-format compute dtype (%s) has no one-thread path",
+                        cpu_dtype_name(be, g->compute));
+    size_t sz[3];
+    item_sizes(g, sz);
+    gemm_bufs w = { sz[0] ? ws : NULL, sz[1] ? ws + sz[0] : NULL, sz[2] ? ws + sz[0] + sz[1] : NULL,
+                    ws + sz[0] + sz[1] + sz[2] };
+    operand oa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, 0, 1 };
+    operand ob = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, 0, 1 };
+    operand oc = { g->c, g->m, g->n, g->ldc, 0, 1 };
+    if (gemm_item(be, NULL, g, &oa, &ob, &oc, 0, &w))
+        return (void)CPU_FAIL(be, "cpu gemm: out of memory for a kernel's packing buffers (m=%d n=%d k=%d)", g->m, g->n,
+                              g->k),
+               MPX_ERR_NOMEM;
     return MPX_OK;
 }
 

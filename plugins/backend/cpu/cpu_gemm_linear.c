@@ -25,8 +25,12 @@
 #include <string.h>
 
 /* K per block (the A panel MR x KC floats in L1) and the B block's size in floats (L2). */
+#ifndef LIN_KC_MAX
 #define LIN_KC_MAX 768
+#endif
+#ifndef LIN_B_BLOCK_FLOATS
 #define LIN_B_BLOCK_FLOATS (256 * 1024)
+#endif
 
 enum { LIN_FIRST = 1, LIN_LAST = 2 };
 

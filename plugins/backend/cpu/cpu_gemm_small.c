@@ -137,14 +137,21 @@ static tile_fn pick_tile(int level, int n, int *tw)
     return NULL;
 }
 
+size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g)
+{
+    int tw = 0;
+    if (!pick_tile(be->small_gemm, g->n, &tw)) return 0;
+    return (size_t)g->k * (size_t)((g->n + tw - 1) / tw * tw);
+}
+
 int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
-                   float *C, int ldc)
+                   float *C, int ldc, float *panel)
 {
     int tw = 0;
     tile_fn tile = pick_tile(be->small_gemm, g->n, &tw);
     if (!tile) return -1;
     const int K = g->k, N = g->n, np = (N + tw - 1) / tw * tw;
-    float *bp = malloc((size_t)K * (size_t)np * sizeof(float));
+    float *bp = panel ? panel : malloc((size_t)K * (size_t)np * sizeof(float));
     if (!bp) return -1;
     for (int l = 0; l < K; l++) {
         float *row = bp + (size_t)l * (size_t)np;
@@ -158,6 +165,6 @@ int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda,
                      .a_rs = g->trans_a ? 1 : (size_t)lda, .a_ks = g->trans_a ? (size_t)lda : 1,
                      .bp = bp, .np = np, .c = C, .ldc = ldc };
     tile(&s);
-    free(bp);
+    if (bp != panel) free(bp);
     return 0;
 }

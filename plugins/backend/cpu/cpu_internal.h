@@ -31,6 +31,8 @@ void cpu_pool_destroy(cpu_pool *p);
  * be shorter); returns when all are done. Pieces run concurrently: fn must only write
  * what its range owns. */
 void cpu_pool_run(cpu_pool *p, size_t n, size_t grain, cpu_range_fn fn, void *ctx);
+/* The same with pieces of exactly `piece` items (few, long items: attention heads). */
+void cpu_pool_run_pieces(cpu_pool *p, size_t n, size_t piece, cpu_range_fn fn, void *ctx);
 
 /* ---- the instance ---- */
 #define CPU_WS_SLOTS 4
@@ -54,7 +56,17 @@ typedef struct cpu_be {
     int linear_gemm;       /* option linear_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
     void **lin_ws;         /* the linear GEMM's packing buffers: one per piece (threads), then */
     size_t *lin_ws_bytes;  /* the packed B shared by the pieces (threads + 1 entries each) */
+    void **scr;            /* per-thread scratch (cpu_scratch_take): `threads` buffers, */
+    size_t *scr_bytes;     /* their sizes and whether one is taken */
+    _Atomic int *scr_taken;
 } cpu_be;
+
+/* A scratch buffer of at least `bytes` (64-byte aligned, contents undefined) for the
+ * calling pool thread, or NULL when out of memory; *slot receives what to give back to
+ * cpu_scratch_give. At most `threads` are taken at once, so inside a pool job every
+ * thread finds one. */
+void *cpu_scratch_take(cpu_be *be, size_t bytes, int *slot);
+void cpu_scratch_give(cpu_be *be, int slot);
 
 /* ---- the attention GEMMs (cpu_gemm_small.c) ---- */
 #define CPU_SMALL_MAX 64
@@ -65,7 +77,9 @@ int cpu_small_gemm_fits(const cpu_be *be, const mpx_gemm *g);
 /* One batch item over fp32 operands as cblas_sgemm reads them (g's transposes and sizes,
  * row-major); 0, or -1 when out of memory. */
 int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
-                   float *C, int ldc);
+                   float *C, int ldc, float *panel);
+/* Floats of the packed op(B) panel cpu_small_gemm needs (`panel`; NULL: it allocates). */
+size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
 
 /* ---- the one-matrix GEMMs (cpu_gemm_linear.c) ---- */
 /* C = alpha op(A) op(B) + beta C on fp32 operands as cblas_sgemm reads them (k > 0), one
@@ -134,6 +148,12 @@ int cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A
                     const float *B, int ldb, float *C, int ldc);
 /* A GEMM whose compute dtype is a number format (8-bit emulation with scaling). */
 int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g);
+/* Batch item 0 of g (fp32/fp16/bf16 compute) on the calling thread alone, bit for bit what
+ * the gemm op gives that item when g->batch items are computed together (the kernel is
+ * chosen from g->batch as the op chooses it); conversions and packing go into `ws`, of
+ * at least cpu_gemm_local_floats(g) floats. MPX_OK, or an error (message set). */
+int cpu_gemm_local(cpu_be *be, const mpx_gemm *g, float *ws);
+size_t cpu_gemm_local_floats(const cpu_be *be, const mpx_gemm *g);
 
 /* ---- vector helpers (cpu_vecmath.c) ---- */
 /* out[i] = the Philox word of stream element e0 + i (DESIGN: word e % 4 of block e / 4). */
@@ -188,6 +208,20 @@ int cpu_softmax_dropout_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, 
                             float p, mpx_rng rng);
 int cpu_dropout_softmax_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
                             size_t cols, float scale, float p, mpx_rng rng);
+/* One head's rows of the attention ops, on the calling thread (cpu_attention.c): `rows`
+ * rows of `cols` at x, y, ... (contiguous); mask_row: the head's example's fp32 mask row
+ * (p NULL: none); rng.offset: the stream element of the first row's first element. Each
+ * is bit for bit the op it names over those rows: */
+/* softmax_fwd (scale 1) into y, then, p > 0, dropout_fwd of y as stored into yd */
+int cpu_attn_softmax_rows(cpu_be *be, mpx_arg x, mpx_arg mask_row, mpx_arg y, mpx_arg yd, size_t rows,
+                          size_t cols, float p, mpx_rng rng);
+/* dropout_fwd of y into yd (p > 0) */
+int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng);
+/* p > 0: dropout_softmax_bwd (scale 1); p = 0: softmax_bwd */
+int cpu_attn_softmax_bwd_rows(cpu_be *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t rows, size_t cols, float p,
+                              mpx_rng rng);
+int cpu_attention_fwd(void *be, const mpx_attention *a);
+int cpu_attention_bwd(void *be, const mpx_attention *a);
 int cpu_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
                       size_t cols, double *loss, mpx_arg dlogits, float dscale);
 

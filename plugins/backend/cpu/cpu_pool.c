@@ -98,7 +98,14 @@ void cpu_pool_run(cpu_pool *p, size_t n, size_t grain, cpu_range_fn fn, void *ct
     if (!p || p->n_workers == 0 || n <= grain) { fn(ctx, 0, n); return; }
     /* about four pieces per thread balance uneven rows without much cursor traffic */
     size_t threads = (size_t)p->n_workers + 1, piece = (n + threads * 4 - 1) / (threads * 4);
-    if (piece < grain) piece = grain;
+    cpu_pool_run_pieces(p, n, piece < grain ? grain : piece, fn, ctx);
+}
+
+void cpu_pool_run_pieces(cpu_pool *p, size_t n, size_t piece, cpu_range_fn fn, void *ctx)
+{
+    if (n == 0) return;
+    if (piece == 0) piece = 1;
+    if (!p || p->n_workers == 0 || n <= piece) { fn(ctx, 0, n); return; }
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;

@@ -509,6 +509,51 @@ int cpu_dropout_softmax_bwd(void *vbe, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_
     return finish(&j, "dropout_softmax_bwd");
 }
 
+/* ---- one head's rows, on the calling thread (cpu_attention.c) ----
+ * The row loops above over rows 0 .. rows of one head: the mask row is the head's own
+ * (heads_rows = rows, so every row reads mask row 0 of `mask_row`), and the stream
+ * position comes with rng.offset. */
+
+int cpu_attn_softmax_rows(cpu_be *be, mpx_arg x, mpx_arg mask_row, mpx_arg y, mpx_arg yd, size_t rows,
+                          size_t cols, float p, mpx_rng rng)
+{
+    row_job j = { .be = be, .x = x, .y = y, .dx = yd, .aux = mask_row, .rows = rows, .cols = cols,
+                  .heads_rows = rows, .scale = 1.0f, .dscale = p, .rng = rng };
+    if (p > 0.0f) softmax_dropout_fwd_rows(&j, 0, rows);
+    else softmax_fwd_rows(&j, 0, rows);
+    return finish(&j, "attention_fwd (softmax)");
+}
+
+int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng)
+{
+    row_job j = { .be = be, .rows = rows, .cols = cols };
+    uint32_t *words;
+    float *buf = fused_buffers(&j, 2, &words);
+    if (!buf) return finish(&j, "attention_bwd (dropout)");
+    const uint32_t keep_from = cpu_dropout_keep_from(p);
+    const float s = cpu_dropout_scale(p);
+    for (size_t i = 0; i < rows; i++) {   /* softmax_dropout_fwd_rows' second half */
+        const float *r = row_in(&j, y, i * cols, buf);
+        cpu_philox_words(be, &rng, rng.offset + i * cols, cols, words);
+        float *d = row_out(yd, i * cols, buf + cols);
+        cpu_dropout_apply(r, words, cols, keep_from, s, d);
+        row_done(&j, d, yd, i * cols);
+    }
+    free(words);
+    free(buf);
+    return MPX_OK;
+}
+
+int cpu_attn_softmax_bwd_rows(cpu_be *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t rows, size_t cols, float p,
+                              mpx_rng rng)
+{
+    row_job j = { .be = be, .dy = dyd, .y = y, .dx = dx, .rows = rows, .cols = cols, .scale = 1.0f, .dscale = p,
+                  .rng = rng };
+    if (p > 0.0f) dropout_softmax_bwd_rows(&j, 0, rows);
+    else softmax_bwd_rows(&j, 0, rows);
+    return finish(&j, "attention_bwd (softmax)");
+}
+
 /* ---- cross-entropy over positions ---- */
 
 static float round_to(mpx_dtype t, float x)

@@ -1,7 +1,8 @@
 # The cpu compute backend (OpenBLAS) -> build/plugins/backend-cpu.so, its tests and bench.
 CPU_BACKEND_SRCS := $(addprefix plugins/backend/cpu/,cpu_backend.c cpu_pool.c cpu_convert.c \
                     cpu_elementwise.c cpu_gemm.c cpu_rows.c cpu_misc.c cpu_vecmath.c \
-                    cpu_formats.c cpu_gemm_scaled.c cpu_gemm_h100.c cpu_gemm_small.c cpu_gemm_linear.c)
+                    cpu_formats.c cpu_gemm_scaled.c cpu_gemm_h100.c cpu_gemm_small.c cpu_gemm_linear.c \
+                    cpu_attention.c)
 $(eval $(call add_plugin,backend,cpu,$(CPU_BACKEND_SRCS),$(BLAS_LIBS) -lmvec -lpthread))
 # -O3: the conversion loops are written to be vectorised.
 $(BUILD)/obj/plugins/backend/cpu/%.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -O3
@@ -13,7 +14,10 @@ $(eval $(call add_test,test_cpu_ops,tests/test_cpu_ops.c tests/test_cpu_ops_ref.
 $(eval $(call add_test,test_cpu_ops_rows,tests/test_cpu_ops_rows.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
 $(eval $(call add_test,test_cpu_ops_grad,tests/test_cpu_ops_grad.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
 $(BUILD)/obj/tests/test_cpu_ops%.o: EXTRA_CFLAGS += -Itests/support
+$(eval $(call add_test,test_cpu_attention,tests/test_cpu_attention.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT)))
+$(BUILD)/obj/tests/test_cpu_attention.o: EXTRA_CFLAGS += -Itests/support
 $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_rows $(BUILD)/tests/test_cpu_ops_grad: $(BUILD)/plugins/backend-cpu.so
+$(BUILD)/tests/test_cpu_attention: $(BUILD)/plugins/backend-cpu.so
 
 # Bench: OpenBLAS is linked directly for the side-by-side cblas_sgemm column.
 BENCHES += $(BUILD)/bench/bench_gemm
