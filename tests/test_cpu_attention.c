@@ -5,7 +5,8 @@
  * bit theirs: fp32, the 16-bit policies' dtypes (bf16 and fp16 activations with fp32 or
  * 16-bit probabilities), head sizes on the attention kernel (16, 64) and past it (80),
  * an odd sequence length (edge tiles), row strides wider than the heads, with and
- * without a mask and dropout, on 1, 2 and 3 threads. The fp32 forward and backward at
+ * without a mask and dropout (its mask drawn again in backward, or kept as bits in
+ * mpx_attention.keep), on 1, 2 and 3 threads. The fp32 forward and backward at
  * p = 0 are also checked against a double-precision reference. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -179,11 +180,15 @@ Test(attention, the_op_is_the_ops_one_by_one_bit_for_bit, .timeout = 120)
                     const int masked = k != 1;
                     const shape *s = &SHAPES[si];
                     snprintf(label, sizeof label, "%d threads, batch %d heads %d seq %d dim %d ld %d, act %s softmax %s "
-                             "compute %s, p %g, mask %d", threads, s->batch, s->heads, s->seq, s->dim, s->ld,
+                             "compute %s, p %g, mask %d, keep %d", threads, s->batch, s->heads, s->seq, s->dim, s->ld,
                              mpx_dtype_name(DTYPES[di].act), mpx_dtype_name(DTYPES[di].sm),
-                             mpx_dtype_name(DTYPES[di].compute), (double)p, masked);
+                             mpx_dtype_name(DTYPES[di].compute), (double)p, masked, k == 2);
                     io x = make_io(&t, s, &DTYPES[di], p, masked, 11 + 7 * si + di, vals);
                     const size_t n = span(s), np = n_probs(s);
+                    if (k == 2) {   /* the mask kept as bits between the two (else drawn again) */
+                        size_t words = (size_t)s->batch * s->heads * s->seq * ((s->seq + 31) / 32);
+                        x.op.keep = tb_alloc(&t, MPX_F32, words).p;
+                    }
                     cr_assert_eq(t.ops->attention_fwd(t.be, &x.op), 0, "%s: %s", label, tb_error(&t));
                     composed_fwd(&t, &x.ref, x.scores, x.pd);
                     expect_same("probs", x.op.probs, x.ref.probs, np, label);

@@ -47,6 +47,8 @@ typedef struct bert_layer_act {
     void *probs;              /* [B, NH, S, S] softmax dtype, before dropout */
     void *pd;                 /* [B, NH, S, S] softmax dtype, after dropout (kept for
                                  backward when attention dropout is on; else NULL) */
+    uint32_t *keep;           /* with the backend's attention op and attention dropout on:
+                                 its mask, B NH S ceil(S / 32) words (mpx_attention.keep) */
     void *r1, *r2;            /* [T, H] residual dtype: layernorm inputs */
     void *x1, *x2;            /* [T, H] layernorm dtype: outputs */
     float *mean1, *rstd1, *mean2, *rstd2;
@@ -183,6 +185,7 @@ static inline mpx_attention bert_attention(const bert *m, const bert_layer_act *
         .scores_t = m->dt_act, .ds_t = m->dt_act, .compute = m->dt_gemm,
         .scale = 1.0f / sqrtf((float)(H / NH)), .p = m->drop_on ? m->p_attn : 0.0f,
         .rng = { m->env->host->seed(m->env), bert_site(l, S_ATTN_PROBS), m->tick, 0 },
+        .keep = a->keep,
     };
     return at;
 }

@@ -88,6 +88,8 @@ static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
     if (!(m->fused_attn && m->forward_only)) BUF(probs, probs * mpx_dtype_size(m->dt_sm), "attention probabilities");
     if (!m->fused_attn && m->p_attn > 0.0f && !m->forward_only)
         BUF(pd, probs * mpx_dtype_size(m->dt_sm), "dropped attention probabilities");
+    if (m->fused_attn && m->p_attn > 0.0f && !m->forward_only)   /* the op's mask, 1 bit an element */
+        BUF(keep, probs / (size_t)m->max_s * (((size_t)m->max_s + 31) / 32) * 4, "attention dropout mask");
     BUF(r1, T * H * res, "attention residual");
     BUF(r2, T * H * res, "ffn residual");
     BUF(x1, T * H * ln, "attention layernorm");

@@ -90,6 +90,11 @@ typedef struct mpx_attention {
     float scale, p;                /* the scores' scale (1 / sqrt(head_dim)), the dropout's p */
     mpx_rng rng;                   /* element i of [batch, heads, seq, seq] draws rng.offset + i */
     mpx_arg dctx, dq, dk, dv;      /* bwd only */
+    /* Optional (NULL: none): batch * heads * seq * ((seq + 31) / 32) words for the dropout's
+     * mask, in a layout of the backend's: fwd with p > 0 may fill it and bwd then read the
+     * mask from it instead of drawing it from the stream again (the same mask). A bwd
+     * with `keep` must follow the fwd that filled it, with the same shapes, p and rng. */
+    uint32_t *keep;
 } mpx_attention;
 
 /* ---- ABI 1.4: the optimizer rules on backend memory ----

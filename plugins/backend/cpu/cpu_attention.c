@@ -45,6 +45,12 @@ static mpx_rng head_rng(const mpx_attention *a, size_t item)
     return r;
 }
 
+/* The head's rows of the dropout's mask bits in a->keep (NULL when not kept). */
+static uint32_t *head_keep(const mpx_attention *a, size_t item)
+{
+    return a->keep && a->p > 0.0f ? a->keep + item * (size_t)a->seq * (((size_t)a->seq + 31) / 32) : NULL;
+}
+
 static int fwd_head(cpu_be *be, const mpx_attention *a, int b, int h, float *ws)
 {
     const int S = a->seq, D = a->head_dim, ld = a->ld;
@@ -56,7 +62,8 @@ static int fwd_head(cpu_be *be, const mpx_attention *a, int b, int h, float *ws)
     mpx_arg y = a->probs.p ? mpx_at(a->probs, item * SS) : mpx_a(pbuf, a->probs.t);
     mpx_arg yd = a->p > 0.0f ? mpx_a(pbuf, a->probs.t) : y;
     mpx_arg mask = a->mask.p ? mpx_at(a->mask, (size_t)b * (size_t)S) : a->mask;
-    MPX_TRY(cpu_attn_softmax_rows(be, sc, mask, y, yd, (size_t)S, (size_t)S, a->p, head_rng(a, item)));
+    MPX_TRY(cpu_attn_softmax_rows(be, sc, mask, y, yd, (size_t)S, (size_t)S, a->p, head_rng(a, item),
+                                  head_keep(a, item)));
     g = head_gemm(a, 0, 0, S, D, S, 1.0f, yd, S, head_of(a, a->v, b, h), ld, head_of(a, a->ctx, b, h), ld);
     return cpu_gemm_local(be, &g, gw);
 }
@@ -71,14 +78,14 @@ static int bwd_head(cpu_be *be, const mpx_attention *a, int b, int h, float *ws)
     mpx_arg dctx = head_of(a, a->dctx, b, h);
     if (a->p > 0.0f) {
         pd = mpx_a(pbuf, a->probs.t);
-        MPX_TRY(cpu_attn_dropout_rows(be, y, pd, (size_t)S, (size_t)S, a->p, rng));
+        MPX_TRY(cpu_attn_dropout_rows(be, y, pd, (size_t)S, (size_t)S, a->p, rng, head_keep(a, item)));
     }
     mpx_gemm g = head_gemm(a, 1, 0, S, D, S, 1.0f, pd, S, dctx, ld, head_of(a, a->dv, b, h), ld);
     MPX_TRY(cpu_gemm_local(be, &g, gw));
     mpx_arg dpd = mpx_a(sbuf, a->probs.t), ds = mpx_a(pbuf, a->ds_t);   /* pd is spent */
     g = head_gemm(a, 0, 1, S, S, D, 1.0f, dctx, ld, head_of(a, a->v, b, h), ld, dpd, S);
     MPX_TRY(cpu_gemm_local(be, &g, gw));
-    MPX_TRY(cpu_attn_softmax_bwd_rows(be, dpd, y, ds, (size_t)S, (size_t)S, a->p, rng));
+    MPX_TRY(cpu_attn_softmax_bwd_rows(be, dpd, y, ds, (size_t)S, (size_t)S, a->p, rng, head_keep(a, item)));
     g = head_gemm(a, 0, 0, S, D, S, a->scale, ds, S, head_of(a, a->k, b, h), ld, head_of(a, a->dq, b, h), ld);
     MPX_TRY(cpu_gemm_local(be, &g, gw));
     g = head_gemm(a, 1, 0, S, D, S, a->scale, ds, S, head_of(a, a->q, b, h), ld, head_of(a, a->dk, b, h), ld);

@@ -4,6 +4,10 @@
  * Element results never depend on how the range is split, so neither on threads. */
 #include "cpu_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <math.h>
 
 /* Below this many elements an op runs on the calling thread. */
@@ -188,6 +192,61 @@ void cpu_dropout_apply(const float *x, const uint32_t *words, size_t n, uint32_t
         memcpy(&bits, &v, sizeof bits);
         bits &= keep;
         memcpy(&out[i], &bits, sizeof bits);
+    }
+}
+
+/* The same decisions kept as bits, and applied from them (cpu_attention.c keeps a head's
+ * mask so that backward need not draw it again): the AVX-512 paths compare 16 words and
+ * multiply under the 16-bit mask, which gives x * s or +0 exactly as the loop above. */
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) static size_t bits_avx512(const uint32_t *words, size_t n, uint32_t keep_from,
+                                                               uint32_t *bits)
+{
+    const __m512i kf = _mm512_set1_epi32((int)keep_from);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i w0 = _mm512_srli_epi32(_mm512_loadu_si512(words + i), 8);
+        __m512i w1 = _mm512_srli_epi32(_mm512_loadu_si512(words + i + 16), 8);
+        bits[i / 32] = (uint32_t)_mm512_cmpge_epu32_mask(w0, kf) | (uint32_t)_mm512_cmpge_epu32_mask(w1, kf) << 16;
+    }
+    return i;
+}
+
+__attribute__((target("avx512f"))) static size_t apply_bits_avx512(const float *x, const uint32_t *bits, size_t n,
+                                                                     float s, float *out)
+{
+    const __m512 sv = _mm512_set1_ps(s);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __mmask16 k = (__mmask16)(bits[i / 32] >> (i % 32));
+        _mm512_storeu_ps(out + i, _mm512_maskz_mul_ps(k, _mm512_loadu_ps(x + i), sv));
+    }
+    return i;
+}
+#endif
+
+void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_t keep_from, uint32_t *bits)
+{
+    size_t i = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (be->has_avx512) i = bits_avx512(words, n, keep_from, bits);
+#endif
+    if (i < n) bits[i / 32] = 0;
+    for (; i < n; i++) bits[i / 32] |= (uint32_t)((words[i] >> 8) >= keep_from) << (i % 32);
+}
+
+void cpu_dropout_apply_bits(const cpu_be *be, const float *x, const uint32_t *bits, size_t n, float s, float *out)
+{
+    size_t i = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (be->has_avx512) i = apply_bits_avx512(x, bits, n, s, out);
+#endif
+    for (; i < n; i++) {
+        float v = x[i] * s;
+        uint32_t b, keep = 0u - ((bits[i / 32] >> (i % 32)) & 1u);
+        memcpy(&b, &v, sizeof b);
+        b &= keep;
+        memcpy(&out[i], &b, sizeof b);
     }
 }
 

@@ -188,6 +188,10 @@ uint32_t cpu_dropout_keep_from(float p);
 float cpu_dropout_scale(float p);
 void cpu_dropout_apply(const float *x, const uint32_t *words, size_t n, uint32_t keep_from, float s,
                        float *out);
+/* The same decisions as bits: bit i % 32 of bits[i / 32] set when element i keeps (the
+ * bits past n in the last word 0); and applied from them, bit for bit cpu_dropout_apply. */
+void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_t keep_from, uint32_t *bits);
+void cpu_dropout_apply_bits(const cpu_be *be, const float *x, const uint32_t *bits, size_t n, float s, float *out);
 
 int cpu_gemm(void *be, const mpx_gemm *g);
 
@@ -212,14 +216,18 @@ int cpu_dropout_softmax_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t
  * rows of `cols` at x, y, ... (contiguous); mask_row: the head's example's fp32 mask row
  * (p NULL: none); rng.offset: the stream element of the first row's first element. Each
  * is bit for bit the op it names over those rows: */
+/* `keep` (or NULL): the rows' dropout decisions as bits, (cols + 31) / 32 words a row
+ * (cpu_dropout_bits), written by the first and read by the other two instead of the
+ * stream. */
 /* softmax_fwd (scale 1) into y, then, p > 0, dropout_fwd of y as stored into yd */
 int cpu_attn_softmax_rows(cpu_be *be, mpx_arg x, mpx_arg mask_row, mpx_arg y, mpx_arg yd, size_t rows,
-                          size_t cols, float p, mpx_rng rng);
+                          size_t cols, float p, mpx_rng rng, uint32_t *keep);
 /* dropout_fwd of y into yd (p > 0) */
-int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng);
+int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng,
+                          const uint32_t *keep);
 /* p > 0: dropout_softmax_bwd (scale 1); p = 0: softmax_bwd */
 int cpu_attn_softmax_bwd_rows(cpu_be *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t rows, size_t cols, float p,
-                              mpx_rng rng);
+                              mpx_rng rng, const uint32_t *keep);
 int cpu_attention_fwd(void *be, const mpx_attention *a);
 int cpu_attention_bwd(void *be, const mpx_attention *a);
 int cpu_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,

@@ -29,6 +29,8 @@ typedef struct row_job {
     size_t rows, cols, heads_rows;
     float scale, eps, dscale;       /* dscale: the dropout's p in the fused softmax */
     mpx_rng rng;                    /* the fused softmax's dropout stream */
+    uint32_t *keep;                 /* the attention op's mask bits, keep_words a row (or NULL) */
+    size_t keep_words;
     int accumulate;
     atomic_int failed;              /* a worker's allocation failed */
 } row_job;
@@ -433,7 +435,13 @@ static void softmax_dropout_fwd_rows(void *vj, size_t begin, size_t end)
         if (j->y.t != MPX_F32) cpu_load(j->be, j->y, i * n, n, r);   /* the probabilities as stored */
         cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
         float *d = row_out(j->dx, i * n, db);
-        cpu_dropout_apply(r, words, n, keep_from, s, d);
+        if (j->keep) {   /* the decisions kept as bits, for the attention op's backward */
+            uint32_t *bits = j->keep + i * j->keep_words;
+            cpu_dropout_bits(j->be, words, n, keep_from, bits);
+            cpu_dropout_apply_bits(j->be, r, bits, n, s, d);
+        } else {
+            cpu_dropout_apply(r, words, n, keep_from, s, d);
+        }
         row_done(j, d, j->dx, i * n);
     }
     free(words);
@@ -477,8 +485,12 @@ static void dropout_softmax_bwd_rows(void *vj, size_t begin, size_t end)
     float *dp = buf + 3 * n;
     for (size_t i = begin; i < end; i++) {
         const float *dyd = row_in(j, j->dy, i * n, buf), *y = row_in(j, j->y, i * n, buf + n);
-        cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
-        cpu_dropout_apply(dyd, words, n, keep_from, s, dp);
+        if (j->keep) {
+            cpu_dropout_apply_bits(j->be, dyd, j->keep + i * j->keep_words, n, s, dp);
+        } else {
+            cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
+            cpu_dropout_apply(dyd, words, n, keep_from, s, dp);
+        }
         if (j->dy.t != MPX_F32) {   /* dropout_bwd's output as it would be stored, in dyd's dtype */
             mpx_arg stored = mpx_a(words, j->dy.t);
             cpu_store(j->be, dp, stored, 0, n);
@@ -515,16 +527,18 @@ int cpu_dropout_softmax_bwd(void *vbe, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_
  * position comes with rng.offset. */
 
 int cpu_attn_softmax_rows(cpu_be *be, mpx_arg x, mpx_arg mask_row, mpx_arg y, mpx_arg yd, size_t rows,
-                          size_t cols, float p, mpx_rng rng)
+                          size_t cols, float p, mpx_rng rng, uint32_t *keep)
 {
     row_job j = { .be = be, .x = x, .y = y, .dx = yd, .aux = mask_row, .rows = rows, .cols = cols,
-                  .heads_rows = rows, .scale = 1.0f, .dscale = p, .rng = rng };
+                  .heads_rows = rows, .scale = 1.0f, .dscale = p, .rng = rng, .keep = keep,
+                  .keep_words = (cols + 31) / 32 };
     if (p > 0.0f) softmax_dropout_fwd_rows(&j, 0, rows);
     else softmax_fwd_rows(&j, 0, rows);
     return finish(&j, "attention_fwd (softmax)");
 }
 
-int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng)
+int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t cols, float p, mpx_rng rng,
+                          const uint32_t *keep)
 {
     row_job j = { .be = be, .rows = rows, .cols = cols };
     uint32_t *words;
@@ -534,9 +548,13 @@ int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t
     const float s = cpu_dropout_scale(p);
     for (size_t i = 0; i < rows; i++) {   /* softmax_dropout_fwd_rows' second half */
         const float *r = row_in(&j, y, i * cols, buf);
-        cpu_philox_words(be, &rng, rng.offset + i * cols, cols, words);
         float *d = row_out(yd, i * cols, buf + cols);
-        cpu_dropout_apply(r, words, cols, keep_from, s, d);
+        if (keep) {
+            cpu_dropout_apply_bits(be, r, keep + i * ((cols + 31) / 32), cols, s, d);
+        } else {
+            cpu_philox_words(be, &rng, rng.offset + i * cols, cols, words);
+            cpu_dropout_apply(r, words, cols, keep_from, s, d);
+        }
         row_done(&j, d, yd, i * cols);
     }
     free(words);
@@ -545,10 +563,10 @@ int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t
 }
 
 int cpu_attn_softmax_bwd_rows(cpu_be *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t rows, size_t cols, float p,
-                              mpx_rng rng)
+                              mpx_rng rng, const uint32_t *keep)
 {
     row_job j = { .be = be, .dy = dyd, .y = y, .dx = dx, .rows = rows, .cols = cols, .scale = 1.0f, .dscale = p,
-                  .rng = rng };
+                  .rng = rng, .keep = (uint32_t *)keep, .keep_words = (cols + 31) / 32 };
     if (p > 0.0f) dropout_softmax_bwd_rows(&j, 0, rows);
     else softmax_bwd_rows(&j, 0, rows);
     return finish(&j, "attention_bwd (softmax)");
