@@ -433,6 +433,67 @@ Test(gemm, linear_kernel_is_one_fma_chain_per_element, .timeout = 120)
             }
 }
 
+/* 16-bit operands (fp16, bf16) whose conversion is only their exact widening (compute is
+ * their dtype or fp32) are widened by the linear kernel as it packs them, not copied to
+ * fp32 first: the result must still be the FMA chain over the widened values, then
+ * rounded once to C's dtype (C read widened when beta != 0). */
+static long widened_mismatches(int threads, mpx_dtype ta_, mpx_dtype tb_, mpx_dtype tc, mpx_dtype compute,
+                               const gemm_case *c, uint64_t seed)
+{
+    tb t = tb_open_gemm(threads, "mpx", "mpx");
+    int ar = c->ta ? c->k : c->m, ac = c->ta ? c->m : c->k, br = c->tb ? c->n : c->k, bc = c->tb ? c->k : c->n;
+    int lda = ac + c->pad, ldb = bc + c->pad, ldc = c->n + c->pad;
+    long long sa = (long long)ar * lda + 5, sb = (long long)br * ldb + 3, sc = (long long)c->m * ldc + 7;
+    size_t na = (size_t)(sa * c->batch), nb = (size_t)(sb * c->batch), nc = (size_t)(sc * c->batch);
+    mpx_arg A = tb_alloc(&t, ta_, na), B = tb_alloc(&t, tb_, nb), C = tb_alloc(&t, tc, nc);
+    double *v = malloc((na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc)) * sizeof *v);
+    float *a32 = malloc(na * sizeof *a32), *b32 = malloc(nb * sizeof *b32), *want = malloc(nc * sizeof *want);
+    cr_assert(v && a32 && b32 && want);
+    fill_random(A, na, v, seed, -2, 2);
+    for (size_t i = 0; i < na; i++) a32[i] = (float)v[i];
+    fill_random(B, nb, v, seed + 1, -2, 2);
+    for (size_t i = 0; i < nb; i++) b32[i] = (float)v[i];
+    fill_random(C, nc, v, seed + 2, -2, 2);
+    for (size_t i = 0; i < nc; i++) want[i] = (float)v[i];
+    fma_chain_gemm(c, a32, lda, sa, b32, ldb, sb, want, ldc, sc);
+    mpx_gemm g = { .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k, .alpha = c->alpha,
+                   .beta = c->beta, .a = A, .lda = lda, .stride_a = sa, .b = B, .ldb = ldb, .stride_b = sb,
+                   .c = C, .ldc = ldc, .stride_c = sc, .batch = c->batch, .compute = compute };
+    cr_assert_eq(t.ops->gemm(t.be, &g), 0, "gemm: %s", tb_error(&t));
+    long bad = 0;
+    for (long long b = 0; b < c->batch; b++)
+        for (int i = 0; i < c->m; i++)
+            for (int j = 0; j < c->n; j++) {
+                size_t e = (size_t)(b * sc + (long long)i * ldc + j);
+                bad += get(C, e) != ref_round(tc, (double)want[e]);
+            }
+    free(v), free(a32), free(b32), free(want);
+    tb_close(&t);
+    return bad;
+}
+
+Test(gemm, linear_kernel_widens_16_bit_operands_exactly, .timeout = 120)
+{
+    static const struct { mpx_dtype a, b, c, compute; } dts[] = {
+        { MPX_BF16, MPX_BF16, MPX_F32, MPX_BF16 },   /* bf16 activations and weights, fp32 grads (dW) */
+        { MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16 },  /* C rounded to bf16 */
+        { MPX_F16, MPX_F16, MPX_F16, MPX_F16 },      /* fp16 throughout */
+        { MPX_F16, MPX_F32, MPX_F32, MPX_F32 },      /* one widened operand beside an fp32 one */
+        { MPX_F32, MPX_BF16, MPX_F32, MPX_F32 },
+    };
+    for (int threads = 1; threads <= 2; threads++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+            for (size_t i = 0; i < sizeof linear_cases / sizeof linear_cases[0]; i++) {
+                const gemm_case *c = &linear_cases[i];
+                long bad = widened_mismatches(threads, dts[d].a, dts[d].b, dts[d].c, dts[d].compute, c, 1300 + i);
+                cr_expect_eq(bad, 0, "%d threads, A %s B %s C %s compute %s, ta=%d tb=%d %dx%dx%d batch %d alpha %g "
+                             "beta %g: %ld elements differ from the FMA chain over the widened values", threads,
+                             mpx_dtype_name(dts[d].a), mpx_dtype_name(dts[d].b), mpx_dtype_name(dts[d].c),
+                             mpx_dtype_name(dts[d].compute), c->ta, c->tb, c->m, c->n, c->k, c->batch,
+                             (double)c->alpha, (double)c->beta, bad);
+            }
+}
+
 Test(gemm, rejects_bad_arguments)
 {
     tb t = tb_open(1);

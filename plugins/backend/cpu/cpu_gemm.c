@@ -86,6 +86,13 @@ static int needs_conversion(mpx_arg a, mpx_dtype compute)
     return a.t != MPX_F32 || (compute != MPX_F32 && compute != a.t);
 }
 
+/* A 16-bit operand whose conversion is only its exact widening (compute is its dtype or
+ * fp32): the linear kernel reads it as stored. */
+static int widen_only(mpx_arg a, mpx_dtype compute)
+{
+    return (a.t == MPX_F16 || a.t == MPX_BF16) && (compute == a.t || compute == MPX_F32);
+}
+
 /* The one-matrix operand as sgemm will read it: the original if fp32 and exact in
  * `compute`, else converted into `buf` (rows × cols floats). */
 static const float *prepare_input(cpu_be *be, cpu_pool *pool, const operand *o, mpx_dtype compute,
@@ -173,7 +180,8 @@ static void split_pieces(void *vj, size_t begin, size_t end)
 int cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda,
                    const float *B, int ldb, float *C, int ldc)
 {
-    if (be->linear_gemm > 0 && g->k > 0) return cpu_linear_gemm(be, pool, g, A, lda, B, ldb, C, ldc);
+    if (be->linear_gemm > 0 && g->k > 0)
+        return cpu_linear_gemm(be, pool, g, mpx_a((void *)A, MPX_F32), lda, mpx_a((void *)B, MPX_F32), ldb, C, ldc);
     int by_rows = g->m >= g->n, dim = by_rows ? g->m : g->n;
     double other_k = (double)(by_rows ? g->n : g->m) * (double)g->k;
     size_t units = (size_t)(dim + CPU_GEMM_ALIGN - 1) / CPU_GEMM_ALIGN, pieces = (size_t)be->threads;
@@ -212,9 +220,12 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
     operand ia = item(oa, b), ib = item(ob, b), ic = item(oc, b);
     int lda = 1, ldb = 1, ldc = g->ldc;
     const float *A = NULL, *B = NULL;
+    /* the linear kernel widens 16-bit operands as it packs them (no rounding to do) */
+    const int linear = be->linear_gemm > 0 && g->k > 0 && !cpu_small_gemm_fits(be, g);
+    const int wa = linear && widen_only(ia.a, g->compute), wb = linear && widen_only(ib.a, g->compute);
     if (g->k > 0) {
-        A = prepare_input(be, pool, &ia, g->compute, w->a, &lda);
-        B = prepare_input(be, pool, &ib, g->compute, w->b, &ldb);
+        if (!wa) A = prepare_input(be, pool, &ia, g->compute, w->a, &lda);
+        if (!wb) B = prepare_input(be, pool, &ib, g->compute, w->b, &ldb);
     }
     float *C = ic.a.p;
     if (g->c.t != MPX_F32) {
@@ -222,7 +233,10 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
         ldc = g->n;
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
-    if (cpu_small_gemm_fits(be, g)) {
+    if (wa || wb) {
+        mpx_arg a = wa ? ia.a : mpx_a((void *)A, MPX_F32), bb = wb ? ib.a : mpx_a((void *)B, MPX_F32);
+        if (cpu_linear_gemm(be, pool, g, a, wa ? ia.ld : lda, bb, wb ? ib.ld : ldb, C, ldc)) return -1;
+    } else if (cpu_small_gemm_fits(be, g)) {
         if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc, w->panel)) return -1;
     } else if (cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc)) {
         return -1;
@@ -235,7 +249,7 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
 static void item_sizes(const mpx_gemm *g, size_t sz[3])
 {
     sz[0] = g->k > 0 && needs_conversion(g->a, g->compute) ? (size_t)g->m * (size_t)g->k : 0;
-    sz[1] = g->k > 0 && needs_conversion(g->b, g->compute) ? (size_t)g->k * (size_t)g->n : 0;
+    sz[1] = g->k > 0 && needs_conversion(g->b, g->compute) ? (size_t)g->k * (size_t)g->n : 0;   /* (unused when widened in packing) */
     sz[2] = g->c.t != MPX_F32 ? (size_t)g->m * (size_t)g->n : 0;
 }
 

@@ -101,11 +101,14 @@ static int lin_isa_of(int level, lin_isa *out)
     return -1;
 }
 
-/* One GEMM: opA[i, l] = a[i a_rs + l a_ks], opB[l, j] = b[l b_ks + j b_cs]. */
+/* One GEMM: opA[i, l] = a[i a_rs + l a_ks], opB[l, j] = b[l b_ks + j b_cs]; an fp16 or
+ * bf16 operand (at, bt) is widened (exactly) while it is packed. */
 typedef struct lin {
+    const cpu_be *be;
     int m, n, k;
     float alpha, beta;
     const float *a, *b;
+    mpx_arg at, bt;   /* the operands as stored: a/b are their pointers when fp32 */
     size_t a_rs, a_ks, b_ks, b_cs;
     float *c;
     size_t ldc;
@@ -144,6 +147,23 @@ static void transpose_into(const float *src, size_t src_ld, int rows, int cols, 
         for (int c = 0; c < cols; c++) dst[(size_t)c * dst_ld + (size_t)r] = src[(size_t)r * src_ld + (size_t)c];
 }
 
+/* K values per chunk when a 16-bit operand is widened into a stack buffer before its
+ * transpose (32 rows x LIN_WIDEN floats = 8 KiB). */
+#define LIN_WIDEN 64
+
+/* transpose_into from a 16-bit source (src element (r, c) at off + r src_ld + c): each
+ * chunk of LIN_WIDEN columns is widened, rows x chunk, then transposed. */
+static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t src_ld, int rows, int cols, float *dst,
+                            size_t dst_ld)
+{
+    float tmp[32 * LIN_WIDEN];
+    for (int c0 = 0; c0 < cols; c0 += LIN_WIDEN) {
+        int cw = cols - c0 < LIN_WIDEN ? cols - c0 : LIN_WIDEN;
+        for (int r = 0; r < rows; r++) cpu_load(be, src, off + (size_t)r * src_ld + (size_t)c0, (size_t)cw, tmp + r * LIN_WIDEN);
+        transpose_into(tmp, LIN_WIDEN, rows, cw, dst + (size_t)c0 * dst_ld, dst_ld);
+    }
+}
+
 /* Rows [i0, i0 + mc) of op(A), K values [p0, p0 + kc), as MR-row panels. */
 static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
 {
@@ -151,7 +171,13 @@ static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
     for (int ir = 0; ir < mc; ir += mr) {
         float *d = dst + (size_t)ir * (size_t)kc;
         int rows = mc - ir < mr ? mc - ir : mr;
-        if (g->a_ks == 1) {   /* rows of A contiguous: transposed in blocks */
+        if (g->at.t != MPX_F32) {   /* 16-bit: widened on the way */
+            size_t first = (size_t)(i0 + ir) * g->a_rs + (size_t)p0 * g->a_ks;
+            if (g->a_ks == 1)
+                transpose_widen(g->be, g->at, first, g->a_rs, rows, kc, d, (size_t)mr);
+            else
+                for (int l = 0; l < kc; l++) cpu_load(g->be, g->at, first + (size_t)l * g->a_ks, (size_t)rows, d + (size_t)l * mr);
+        } else if (g->a_ks == 1) {   /* rows of A contiguous: transposed in blocks */
             transpose_into(g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
         } else {              /* op(A) = A^T: an MR strip of a row of A is contiguous */
             for (int l = 0; l < kc; l++) {   /* a loop, not memcpy: a call per 12 floats cost ~15 % of dW */
@@ -172,7 +198,13 @@ static void pack_b_panel(const lin *g, int kb, int jp)
     const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, j0 = jp * nr;
     float *d = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np + (size_t)j0 * (size_t)kc;
     int w = g->n - j0 < nr ? g->n - j0 : nr;
-    if (g->b_cs == 1) {   /* rows of op(B) contiguous (a loop rather than a memcpy call per row) */
+    if (g->bt.t != MPX_F32) {   /* 16-bit: widened on the way */
+        size_t first = (size_t)p0 * g->b_ks + (size_t)j0 * g->b_cs;
+        if (g->b_cs == 1)
+            for (int l = 0; l < kc; l++) cpu_load(g->be, g->bt, first + (size_t)l * g->b_ks, (size_t)w, d + (size_t)l * nr);
+        else
+            transpose_widen(g->be, g->bt, first, g->b_cs, w, kc, d, (size_t)nr);
+    } else if (g->b_cs == 1) {   /* rows of op(B) contiguous (a loop rather than a memcpy call per row) */
         for (int l = 0; l < kc; l++) {
             const float *src = g->b + (size_t)(p0 + l) * g->b_ks + (size_t)j0;
             float *dl = d + (size_t)l * nr;
@@ -263,10 +295,11 @@ static float *lin_buf(cpu_be *be, int slot, size_t floats)
     return be->lin_ws[slot];
 }
 
-int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
+int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
                     float *C, int ldc)
 {
-    lin s = { .m = g->m, .n = g->n, .k = g->k, .alpha = g->alpha, .beta = g->beta, .a = A, .b = B,
+    lin s = { .be = be, .m = g->m, .n = g->n, .k = g->k, .alpha = g->alpha, .beta = g->beta, .a = A.p, .b = B.p,
+              .at = A, .bt = B,
               .a_rs = g->trans_a ? 1 : (size_t)lda, .a_ks = g->trans_a ? (size_t)lda : 1,
               .b_ks = g->trans_b ? 1 : (size_t)ldb, .b_cs = g->trans_b ? (size_t)ldb : 1, .c = C, .ldc = (size_t)ldc };
     if (lin_isa_of(be->linear_gemm, &s.isa)) return -1;

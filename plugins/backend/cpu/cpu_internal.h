@@ -82,11 +82,12 @@ int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda,
 size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
 
 /* ---- the one-matrix GEMMs (cpu_gemm_linear.c) ---- */
-/* C = alpha op(A) op(B) + beta C on fp32 operands as cblas_sgemm reads them (k > 0), one
- * fp32 FMA chain per element in K order as the attention kernel's, cut over the pool
- * (NULL: this thread, with a buffer of its own); 0, or -1 when out of memory or when
+/* C = alpha op(A) op(B) + beta C on operands laid out as cblas_sgemm reads them (k > 0),
+ * one fp32 FMA chain per element in K order as the attention kernel's, cut over the pool
+ * (NULL: this thread, with a buffer of its own); A and B are fp32, or fp16/bf16 that are
+ * widened (exactly) as they are packed; 0, or -1 when out of memory or when
  * be->linear_gemm names no kernel this CPU runs. */
-int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
+int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
                     float *C, int ldc);
 
 /* How an 8-bit GEMM accumulates (option fp8_accumulate): fp32 (OpenBLAS), or an H100's
