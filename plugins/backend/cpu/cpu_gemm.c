@@ -181,7 +181,8 @@ int cpu_sgemm_pool(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const float *A
                    const float *B, int ldb, float *C, int ldc)
 {
     if (be->linear_gemm > 0 && g->k > 0)
-        return cpu_linear_gemm(be, pool, g, mpx_a((void *)A, MPX_F32), lda, mpx_a((void *)B, MPX_F32), ldb, C, ldc);
+        return cpu_linear_gemm(be, pool, g, mpx_a((void *)A, MPX_F32), lda, mpx_a((void *)B, MPX_F32), ldb,
+                               mpx_a(C, MPX_F32), ldc);
     int by_rows = g->m >= g->n, dim = by_rows ? g->m : g->n;
     double other_k = (double)(by_rows ? g->n : g->m) * (double)g->k;
     size_t units = (size_t)(dim + CPU_GEMM_ALIGN - 1) / CPU_GEMM_ALIGN, pieces = (size_t)be->threads;
@@ -223,25 +224,28 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
     /* the linear kernel widens 16-bit operands as it packs them (no rounding to do) */
     const int linear = be->linear_gemm > 0 && g->k > 0 && !cpu_small_gemm_fits(be, g);
     const int wa = linear && widen_only(ia.a, g->compute), wb = linear && widen_only(ib.a, g->compute);
+    /* ... and rounds a 16-bit C tile by tile when K is one block */
+    const int wc = linear && (g->c.t == MPX_F16 || g->c.t == MPX_BF16) && !cpu_linear_gemm_cuts_k(g);
     if (g->k > 0) {
         if (!wa) A = prepare_input(be, pool, &ia, g->compute, w->a, &lda);
         if (!wb) B = prepare_input(be, pool, &ib, g->compute, w->b, &ldb);
     }
     float *C = ic.a.p;
-    if (g->c.t != MPX_F32) {
+    if (g->c.t != MPX_F32 && !wc) {
         C = w->c;
         ldc = g->n;
         if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
     }
-    if (wa || wb) {
+    if (wa || wb || wc) {
         mpx_arg a = wa ? ia.a : mpx_a((void *)A, MPX_F32), bb = wb ? ib.a : mpx_a((void *)B, MPX_F32);
-        if (cpu_linear_gemm(be, pool, g, a, wa ? ia.ld : lda, bb, wb ? ib.ld : ldb, C, ldc)) return -1;
+        mpx_arg c = wc ? ic.a : mpx_a(C, MPX_F32);
+        if (cpu_linear_gemm(be, pool, g, a, wa ? ia.ld : lda, bb, wb ? ib.ld : ldb, c, ldc)) return -1;
     } else if (cpu_small_gemm_fits(be, g)) {
         if (cpu_small_gemm(be, g, A, lda, B, ldb, C, ldc, w->panel)) return -1;
     } else if (cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc)) {
         return -1;
     }
-    if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
+    if (g->c.t != MPX_F32 && !wc) convert(be, pool, &ic, C, MPX_F32, 1);
     return 0;
 }
 

@@ -109,6 +109,7 @@ typedef struct lin {
     float alpha, beta;
     const float *a, *b;
     mpx_arg at, bt;   /* the operands as stored: a/b are their pointers when fp32 */
+    mpx_arg ct;       /* C as stored: fp16/bf16 only when K is one block (c is then unused) */
     size_t a_rs, a_ks, b_ks, b_cs;
     float *c;
     size_t ldc;
@@ -237,6 +238,19 @@ static void edge_tile(const lin *g, int kc, const float *ap, const float *bp, fl
     for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * g->ldc, t + (size_t)r * nr, (size_t)cols * sizeof(float));
 }
 
+/* A tile of a 16-bit C (K in one block): computed in an fp32 tile on the stack (C read
+ * widened first when beta != 0), then rounded into C, which is what the gemm op's fp32
+ * C buffer and its conversion afterwards gave, without the trip through memory. */
+static void tile_16(const lin *g, int kc, const float *ap, const float *bp, int i, int j, int rows, int cols)
+{
+    float t[16 * 64];
+    const int nr = g->isa.nr;
+    if (g->beta != 0.0f)
+        for (int r = 0; r < rows; r++) cpu_load(g->be, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols, t + (size_t)r * nr);
+    g->isa.fn(kc, ap, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta);
+    for (int r = 0; r < rows; r++) cpu_store(g->be, t + (size_t)r * nr, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols);
+}
+
 /* Floats of packing buffer a piece of mc rows needs: its A rows of one K block. */
 static size_t piece_floats(const lin *g, int mc) { return (size_t)ceil_to(mc, g->isa.mr) * (size_t)g->kc; }
 
@@ -255,11 +269,12 @@ static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
             for (int ir = 0; ir < mc; ir += mr) {
                 int rows = mc - ir < mr ? mc - ir : mr;
                 const float *ap = abuf + (size_t)ir * (size_t)kc;
-                float *crow = g->c + (size_t)(i0 + ir) * g->ldc;
+                float *crow = g->ct.t == MPX_F32 ? g->c + (size_t)(i0 + ir) * g->ldc : NULL;
                 for (int j = jc; j < je; j += nr) {
                     int cols = je - j < nr ? je - j : nr;
                     const float *bp = bblock + (size_t)j * (size_t)kc;
-                    if (rows == mr && cols == nr) g->isa.fn(kc, ap, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
+                    if (!crow) tile_16(g, kc, ap, bp, i0 + ir, j, rows, cols);
+                    else if (rows == mr && cols == nr) g->isa.fn(kc, ap, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
                     else edge_tile(g, kc, ap, bp, crow + j, rows, cols, mode);
                 }
             }
@@ -295,13 +310,17 @@ static float *lin_buf(cpu_be *be, int slot, size_t floats)
     return be->lin_ws[slot];
 }
 
+int cpu_linear_gemm_cuts_k(const mpx_gemm *g) { return g->beta == 0.0f && g->k > LIN_KC_MAX; }
+
 int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
-                    float *C, int ldc)
+                    mpx_arg C, int ldc)
 {
+    if (C.t != MPX_F32 && cpu_linear_gemm_cuts_k(g)) return -1;   /* the running sums need fp32 */
     lin s = { .be = be, .m = g->m, .n = g->n, .k = g->k, .alpha = g->alpha, .beta = g->beta, .a = A.p, .b = B.p,
-              .at = A, .bt = B,
+              .at = A, .bt = B, .ct = C,
               .a_rs = g->trans_a ? 1 : (size_t)lda, .a_ks = g->trans_a ? (size_t)lda : 1,
-              .b_ks = g->trans_b ? 1 : (size_t)ldb, .b_cs = g->trans_b ? (size_t)ldb : 1, .c = C, .ldc = (size_t)ldc };
+              .b_ks = g->trans_b ? 1 : (size_t)ldb, .b_cs = g->trans_b ? (size_t)ldb : 1, .c = C.t == MPX_F32 ? C.p : NULL,
+              .ldc = (size_t)ldc };
     if (lin_isa_of(be->linear_gemm, &s.isa)) return -1;
     /* K blocks of equal size (one when beta != 0: C keeps its value to the end) */
     int nk = g->beta != 0.0f ? 1 : (g->k + LIN_KC_MAX - 1) / LIN_KC_MAX;

@@ -88,7 +88,11 @@ size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
  * widened (exactly) as they are packed; 0, or -1 when out of memory or when
  * be->linear_gemm names no kernel this CPU runs. */
 int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
-                    float *C, int ldc);
+                    mpx_arg C, int ldc);
+/* Whether the linear kernel cuts g's K into blocks (beta = 0 and K > its block): a C in
+ * fp16/bf16 is then refused (-1), since the running sums go through C in fp32; otherwise
+ * such a C is written rounded tile by tile (C read widened when beta != 0). */
+int cpu_linear_gemm_cuts_k(const mpx_gemm *g);
 
 /* How an 8-bit GEMM accumulates (option fp8_accumulate): fp32 (OpenBLAS), or an H100's
  * tensor cores per mmaemu's model (cpu_gemm_h100.c), slow or fast accumulation. */
