@@ -230,11 +230,11 @@ double bench_profile_gemm_s(void)
     return sum_s[C_GEMM] + sum_s[C_ATTN_GEMM] + sum_s[C_ATTN_FWD] + sum_s[C_ATTN_BWD];
 }
 
-void bench_profile_print(int steps, double total_s)
+void bench_profile_print(const char *what, int steps, double total_s)
 {
     double in_ops = 0;
     for (int c = 0; c < N_CLASSES; c++) in_ops += sum_s[c];
-    printf("  where a step's time goes (%d profiled steps, %.3f s a step):\n", steps, total_s / steps);
+    printf("  where %s time goes (%d profiled, %.3f s each):\n", what, steps, total_s / steps);
     for (int c = 0; c < N_CLASSES; c++) {
         if (!calls[c]) continue;
         printf("    %-52s %8.1f ms %5.1f%% %6.0f calls\n", class_name[c], 1e3 * sum_s[c] / steps,

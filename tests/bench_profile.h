@@ -16,9 +16,9 @@ int bench_profile_install(mpx_session *s);
 /* Start (1) or stop (0) accumulating; bench_profile_reset() zeroes the sums. */
 void bench_profile_enable(int on);
 void bench_profile_reset(void);
-/* Prints the per-class table for `steps` profiled steps of median `step_s` seconds
- * whose sum was `total_s`, each line indented by two spaces. */
-void bench_profile_print(int steps, double total_s);
+/* Prints the per-class table for `steps` profiled steps (or forwards: `what` names them,
+ * "a step's") whose sum was `total_s`, each line indented by two spaces. */
+void bench_profile_print(const char *what, int steps, double total_s);
 /* Seconds spent in GEMM ops (linear and attention) and in the attention op since the last
  * reset. */
 double bench_profile_gemm_s(void);

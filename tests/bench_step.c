@@ -189,7 +189,7 @@ static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
 }
 
 /* The evaluation forward: eval mode (no dropout), no labels, on a forward-only bind. */
-static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s)
+static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, double *sum_s)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     const mpx_model_vtable *mv = &m->rec->vt.model;
@@ -202,10 +202,15 @@ static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s)
         b.training = 0;
         b.n_tensors = 3;   /* input_ids, segment_ids, input_mask */
         mpx_forward_out fo = { .size = sizeof fo };
+        bench_profile_enable(i >= 0);
         double t0 = now();
-        if (mv->forward(m->self, &b, &fo)) return -1;
+        int rc = mv->forward(m->self, &b, &fo);
         if (i >= 0) times[i] = now() - t0;
+        bench_profile_enable(0);
+        if (rc) return -1;
     }
+    *sum_s = 0;
+    for (int i = 0; i < steps; i++) *sum_s += times[i];
     *median_s = median(times, steps);
     return 0;
 }
@@ -311,14 +316,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     if (system(rm) != 0) fprintf(stderr, "bench_step: could not remove %s\n", diag_dir);
     double diag_s = median(diag_times, steps);
     /* last, as mpx eval runs it: the model bound forward-only (no grads) */
-    double eval_s = NAN;
-    mpx_instance *mi = &s.inst[MPX_KIND_MODEL];
-    mpx_model_bind fb = { .size = sizeof fb, .weights = s.weights, .grads = mpx_a(NULL, s.grads.t),
-                          .offsets = s.offsets, .numel = s.numel };
-    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s)) {
-        mpx_session_error(&s, MPX_KIND_MODEL, err, sizeof err);
-        goto out;
-    }
+    double eval_s = NAN, eval_sum = 0;
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
     double step_s = median(times, steps), ceil_blas = median(ceil_gf, steps), ceil_mpx = median(ceil_op, steps);
@@ -333,9 +331,18 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            "write-back) %.3f s; CPU time a step (all threads) median %.3f s\n", model_s, step_s - model_s, cpu_s);
     double sum_s = 0;
     for (int i = 0; i < steps; i++) sum_s += times[i];
-    bench_profile_print(steps, sum_s);
+    bench_profile_print("a step's", steps, sum_s);
+    bench_profile_reset();
+    mpx_instance *mi = &s.inst[MPX_KIND_MODEL];
+    mpx_model_bind fb = { .size = sizeof fb, .weights = s.weights, .grads = mpx_a(NULL, s.grads.t),
+                          .offsets = s.offsets, .numel = s.numel };
+    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s, &eval_sum)) {
+        mpx_session_error(&s, MPX_KIND_MODEL, err, sizeof err);
+        goto out;
+    }
     printf("  evaluation forward (forward-only bind, no dropout, no labels): median %.3f s, %.2f windows/s\n", eval_s,
            BATCH / eval_s);
+    bench_profile_print("an evaluation forward's", steps, eval_sum);
     printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
            diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
     printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "

@@ -35,9 +35,17 @@ static int fill_bias(bert *m, mpx_arg b, mpx_arg y, size_t rows, size_t cols)
 }
 
 /* addmm: y = x W^T + b with one rounding of the sum (the GEMM adds the bias it reads
- * from y before it rounds its output). */
+ * from y before it rounds its output). With an fp32 y the product needs no rounding of
+ * its own, so the GEMM writes it (beta 0) and bias_add rounds the sum once: the same bits
+ * (the chain's sum is never -0), one pass over y fewer, and the GEMM may cut K into
+ * blocks (it keeps K whole when it reads C). */
 int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out)
 {
+    if (y.t == MPX_F32) {
+        MPX_TRY(bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in), 0.0f,
+                          bert_mat_of(y, out), 1));
+        return m->ops->bias_add(m->be, y, bert_w(m, w + 1), y, (size_t)T, (size_t)out);
+    }
     MPX_TRY(fill_bias(m, bert_w(m, w + 1), y, (size_t)T, (size_t)out));
     return bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in),
                      1.0f, bert_mat_of(y, out), 1);
