@@ -3,11 +3,13 @@
  *
  * Thread count and results: every op except GEMM gives bitwise the same result for any
  * `threads` value, because work is split into fixed-size blocks (never into one piece
- * per thread) and partial sums are combined in block order. GEMM cuts C into pieces
- * (rows or columns), each one single-threaded OpenBLAS sgemm: an element of C is the same
- * dot product wherever the cut falls (OpenBLAS's kernels accumulate each element over K
- * alone), so GEMM results do not change with the thread count either (test_cpu_ops
- * checks it) — a property of OpenBLAS's kernels that the test would catch if it broke.
+ * per thread) and partial sums are combined in block order. GEMM's kernels (the linear
+ * one, cpu_gemm_linear.c, and the attention one, cpu_gemm_small.c, the defaults) compute
+ * each element of C as one fp32 FMA chain in K order, so where C is cut between threads
+ * never matters (test_cpu_ops checks it against the scalar chain). With the options set
+ * to "openblas", C is cut into pieces, each one single-threaded OpenBLAS sgemm, whose
+ * kernels accumulate each element over K alone: also independent of the cut, as long as
+ * no piece is small enough for OpenBLAS's small-matrix kernels (cpu_gemm.c).
  */
 #ifndef MPX_CPU_INTERNAL_H
 #define MPX_CPU_INTERNAL_H
