@@ -231,8 +231,10 @@ void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_
 #if defined(__x86_64__) || defined(__i386__)
     if (be->has_avx512) i = bits_avx512(words, n, keep_from, bits);
 #endif
-    if (i < n) bits[i / 32] = 0;
-    for (; i < n; i++) bits[i / 32] |= (uint32_t)((words[i] >> 8) >= keep_from) << (i % 32);
+    for (; i < n; i++) {
+        if (i % 32 == 0) bits[i / 32] = 0;
+        bits[i / 32] |= (uint32_t)((words[i] >> 8) >= keep_from) << (i % 32);
+    }
 }
 
 void cpu_dropout_apply_bits(const cpu_be *be, const float *x, const uint32_t *bits, size_t n, float s, float *out)
