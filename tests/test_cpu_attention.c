@@ -167,7 +167,7 @@ static const dtypes DTYPES[] = {
 
 Test(attention, the_op_is_the_ops_one_by_one_bit_for_bit, .timeout = 120)
 {
-    char label[160];
+    char label[320];
     double *vals = dbl(2 * 37 * 160);
     for (int threads = 1; threads <= 3; threads++) {
         tb t = tb_open(threads);
