@@ -19,8 +19,8 @@
  * column blocks (NC: KC x NC of packed B, kept in L2) -> MR-row panels (one A panel,
  * MR x KC, kept in L1) -> NR-column panels -> the MR x NR tile in registers. */
 #include "cpu_internal.h"
+#include "cpu_simd.h"
 
-#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +40,7 @@ enum { LIN_FIRST = 1, LIN_LAST = 2 };
 typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, size_t ldc, int mode, float alpha,
                            float beta);
 
-#define LIN_TILE(NAME, TARGET, VEC, W, R, NV, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                              \
+#define LIN_TILE(NAME, R, NV, TARGET, VEC, W, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                              \
     __attribute__((target(TARGET))) static void NAME(int kc, const float *restrict ap, const float *restrict bp,   \
                                                      float *c, size_t ldc, int mode, float alpha, float beta)      \
     {                                                                                                              \
@@ -76,14 +76,8 @@ typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, s
     }
 
 #if defined(__x86_64__) || defined(__i386__)
-#define Z512() _mm512_setzero_ps()
-#define Z256() _mm256_setzero_ps()
-#define LIN512(NAME, R, NV) LIN_TILE(NAME, "avx512f", __m512, 16, R, NV, Z512, _mm512_loadu_ps, _mm512_set1_ps, \
-                                     _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-#define LIN256(NAME, R, NV) LIN_TILE(NAME, "avx2,fma", __m256, 8, R, NV, Z256, _mm256_loadu_ps, _mm256_set1_ps, \
-                                     _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
-LIN512(lin512_12x2, 12, 2)
-LIN256(lin256_6x2, 6, 2)
+CPU_TILE(LIN_TILE, lin512_12x2, 12, 2, CPU_ISA_AVX512)
+CPU_TILE(LIN_TILE, lin256_6x2, 6, 2, CPU_ISA_AVX2)
 #endif
 
 /* Tile geometry of an ISA level (cpu_small_gemm_level): MR rows, NR columns. */

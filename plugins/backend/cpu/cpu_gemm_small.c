@@ -14,8 +14,8 @@
  * op(B) is packed into a zero-padded K x Np panel (Np a multiple of a tile's width), so
  * every tile loads whole vectors; rows past M repeat row M-1 and are not stored. */
 #include "cpu_internal.h"
+#include "cpu_simd.h"
 
-#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +45,7 @@ static void store_partial(const small_gemm *s, int i0, int j0, int rows, int w, 
 
 /* One kernel per ISA and tile shape: R rows x NV vectors of W lanes, every index a
  * compile-time constant so the R x NV accumulators stay in registers. */
-#define SMALL_TILE(NAME, TARGET, VEC, W, R, NV, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                      \
+#define SMALL_TILE(NAME, R, NV, TARGET, VEC, W, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                      \
     __attribute__((target(TARGET))) static void NAME(const small_gemm *s)                                      \
     {                                                                                                          \
         const int tw = (NV) * (W);                                                                             \
@@ -86,18 +86,12 @@ static void store_partial(const small_gemm *s, int i0, int j0, int rows, int w, 
     }
 
 #if defined(__x86_64__) || defined(__i386__)
-#define Z512() _mm512_setzero_ps()
-#define Z256() _mm256_setzero_ps()
-#define TILE512(NAME, R, NV) SMALL_TILE(NAME, "avx512f", __m512, 16, R, NV, Z512, _mm512_loadu_ps, _mm512_set1_ps, \
-                                        _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-#define TILE256(NAME, R, NV) SMALL_TILE(NAME, "avx2,fma", __m256, 8, R, NV, Z256, _mm256_loadu_ps, _mm256_set1_ps, \
-                                        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
-TILE512(tile512_8x1, 8, 1)
-TILE512(tile512_8x2, 8, 2)
-TILE512(tile512_4x3, 4, 3)
-TILE512(tile512_4x4, 4, 4)
-TILE256(tile256_4x2, 4, 2)
-TILE256(tile256_3x4, 3, 4)
+CPU_TILE(SMALL_TILE, tile512_8x1, 8, 1, CPU_ISA_AVX512)
+CPU_TILE(SMALL_TILE, tile512_8x2, 8, 2, CPU_ISA_AVX512)
+CPU_TILE(SMALL_TILE, tile512_4x3, 4, 3, CPU_ISA_AVX512)
+CPU_TILE(SMALL_TILE, tile512_4x4, 4, 4, CPU_ISA_AVX512)
+CPU_TILE(SMALL_TILE, tile256_4x2, 4, 2, CPU_ISA_AVX2)
+CPU_TILE(SMALL_TILE, tile256_3x4, 3, 4, CPU_ISA_AVX2)
 #endif
 
 int cpu_small_gemm_level(void)
