@@ -223,6 +223,39 @@ __attribute__((target("avx512f"))) static size_t apply_bits_avx512(const float *
     }
     return i;
 }
+
+/* AVX2: the draws past the shift are below 2^24, so the signed compare is the unsigned
+ * one; a lane keeps when keep_from > draw is false. Applying: a byte of the mask spread
+ * over 8 lanes, and the product AND-ed with it, as the loop below does element by element. */
+__attribute__((target("avx2"))) static size_t bits_avx2(const uint32_t *words, size_t n, uint32_t keep_from,
+                                                         uint32_t *bits)
+{
+    const __m256i kf = _mm256_set1_epi32((int)keep_from);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint32_t dropped = 0;
+        for (int q = 0; q < 4; q++) {
+            __m256i w = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(words + i + 8 * q)), 8);
+            dropped |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(kf, w))) << (8 * q);
+        }
+        bits[i / 32] = ~dropped;
+    }
+    return i;
+}
+
+__attribute__((target("avx2"))) static size_t apply_bits_avx2(const float *x, const uint32_t *bits, size_t n, float s,
+                                                               float *out)
+{
+    const __m256 sv = _mm256_set1_ps(s);
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_and_si256(_mm256_set1_epi32((int)(bits[i / 32] >> (i % 32))), lane);
+        __m256 keep = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, lane));
+        _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv), keep));
+    }
+    return i;
+}
 #endif
 
 void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_t keep_from, uint32_t *bits)
@@ -230,6 +263,7 @@ void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_
     size_t i = 0;
 #if defined(__x86_64__) || defined(__i386__)
     if (be->has_avx512) i = bits_avx512(words, n, keep_from, bits);
+    else if (be->has_avx2) i = bits_avx2(words, n, keep_from, bits);
 #endif
     for (; i < n; i++) {
         if (i % 32 == 0) bits[i / 32] = 0;
@@ -242,6 +276,7 @@ void cpu_dropout_apply_bits(const cpu_be *be, const float *x, const uint32_t *bi
     size_t i = 0;
 #if defined(__x86_64__) || defined(__i386__)
     if (be->has_avx512) i = apply_bits_avx512(x, bits, n, s, out);
+    else if (be->has_avx2) i = apply_bits_avx2(x, bits, n, s, out);
 #endif
     for (; i < n; i++) {
         float v = x[i] * s;
