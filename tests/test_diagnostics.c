@@ -137,3 +137,38 @@ Test(diagnostics, fp16_without_loss_scaling_underflows_more_than_fp16_scaled)
     cr_expect_lt(scaled, noscale, "fp16-scaled %g vs fp16-noscale %g", scaled, noscale);
     cr_expect_eq(fp32, 0.0);
 }
+
+/* Every width the weights can have (fp8 formats, 16-bit, fp32): an element counts as
+ * updated when its update is nonzero, and as stalled when it is also bit-for-bit unchanged
+ * (a weight that moved by -0 vs +0, or any bit, is not stalled); counted here one byte at a
+ * time. */
+Test(diagnostics, stalled_counts_bitwise_equal_elements_with_nonzero_updates)
+{
+    enum { N = 1003 };
+    const mpx_dtype types[3] = { MPX_F32, MPX_BF16, MPX_FP8_E4M3 };
+    for (int t = 0; t < 3; t++) {
+        size_t w = mpx_dtype_size(types[t]);
+        unsigned char a[N * 4], b[N * 4];
+        float upd[N];
+        unsigned seed = 7u + (unsigned)t;
+        for (size_t i = 0; i < N * w; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            a[i] = b[i] = (unsigned char)(seed >> 24);
+            if ((seed >> 8) % 5 == 0) b[i] ^= (unsigned char)(1u << ((seed >> 12) % 8)); /* one bit of one byte */
+        }
+        uint64_t want_up = 0, want_st = 0;
+        for (size_t i = 0; i < N; i++) {
+            upd[i] = i % 3 == 0 ? 0.0f : 1e-3f;
+            if (upd[i] == 0.0f) continue;
+            want_up++;
+            int same = 1;
+            for (size_t k = 0; k < w; k++) same &= a[i * w + k] == b[i * w + k];
+            want_st += (uint64_t)same;
+        }
+        uint64_t up = 0, st = 0;
+        mpx_diag_stalled(a, b, types[t], upd, N, &up, &st);
+        cr_expect_eq(up, want_up, "width %zu: updated %llu, want %llu", w, (unsigned long long)up, (unsigned long long)want_up);
+        cr_expect_eq(st, want_st, "width %zu: stalled %llu, want %llu", w, (unsigned long long)st, (unsigned long long)want_st);
+        cr_expect(want_st > 0 && want_st < want_up, "the case mixes stalled and moved elements");
+    }
+}

@@ -41,11 +41,26 @@ void mpx_diag_stalled(const void *before, const void *after, mpx_dtype t, const 
     size_t w = mpx_dtype_size(t);
     const unsigned char *a = before, *b = after;
     uint64_t up = 0, st = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (update[i] == 0.0f) continue;
-        up++;
-        st += memcmp(a + i * w, b + i * w, w) == 0;
+    /* bit-for-bit equal: the stored values compared as integers of their width (a memcmp
+     * call per element made a diagnostics step a quarter slower than a plain step) */
+#define STALLED_LOOP(T)                                                           \
+    for (size_t i = 0; i < n; i++) {                                              \
+        T x, y;                                                                   \
+        memcpy(&x, a + i * sizeof(T), sizeof(T));                                 \
+        memcpy(&y, b + i * sizeof(T), sizeof(T));                                 \
+        up += update[i] != 0.0f;                                                  \
+        st += (update[i] != 0.0f) & (x == y);                                     \
     }
+    if (w == 4) { STALLED_LOOP(uint32_t) }
+    else if (w == 2) { STALLED_LOOP(uint16_t) }
+    else if (w == 1) { STALLED_LOOP(uint8_t) }
+    else
+        for (size_t i = 0; i < n; i++) {
+            if (update[i] == 0.0f) continue;
+            up++;
+            st += memcmp(a + i * w, b + i * w, w) == 0;
+        }
+#undef STALLED_LOOP
     *updated += up;
     *stalled += st;
 }
