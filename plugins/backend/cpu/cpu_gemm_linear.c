@@ -137,6 +137,24 @@ static void transpose_into(const float *src, size_t src_ld, int rows, int cols, 
         for (; c < cols; c++)
             for (int q = 0; q < 4; q++) dst[(size_t)c * dst_ld + (size_t)(r + q)] = s0[(size_t)q * src_ld + (size_t)c];
     }
+    /* two rows left (AVX2's 6-row A panels): 2 x 4 blocks, each column's pair stored at once */
+    for (; r + 2 <= rows; r += 2) {
+        const float *s0 = src + (size_t)r * src_ld, *s1 = s0 + src_ld;
+        int c = 0;
+        for (; c + 4 <= cols; c += 4) {
+            __m128 x0 = _mm_loadu_ps(s0 + c), x1 = _mm_loadu_ps(s1 + c);
+            __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);   /* (r c, r+1 c) pairs */
+            float *d = dst + (size_t)c * dst_ld + (size_t)r;
+            _mm_storel_pi((__m64 *)d, lo);
+            _mm_storeh_pi((__m64 *)(d + dst_ld), lo);
+            _mm_storel_pi((__m64 *)(d + 2 * dst_ld), hi);
+            _mm_storeh_pi((__m64 *)(d + 3 * dst_ld), hi);
+        }
+        for (; c < cols; c++) {
+            dst[(size_t)c * dst_ld + (size_t)r] = s0[c];
+            dst[(size_t)c * dst_ld + (size_t)r + 1] = s1[c];
+        }
+    }
 #endif
     for (; r < rows; r++)
         for (int c = 0; c < cols; c++) dst[(size_t)c * dst_ld + (size_t)r] = src[(size_t)r * src_ld + (size_t)c];
