@@ -181,6 +181,21 @@ static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t sr
 static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
 {
     const int mr = g->isa.mr;
+    if (g->at.t == MPX_F32 && g->a_ks != 1) {
+        /* op(A) = A^T: row p0 + l of A holds op(A)[i0 .., l] contiguously. Read each row
+         * once, in order, handing MR values to each panel (reading a panel at a time went
+         * down the rows MR floats at a time: a cache miss per 24 bytes) */
+        for (int l = 0; l < kc; l++) {
+            const float *src = g->a + (size_t)(p0 + l) * g->a_ks + (size_t)i0;
+            for (int ir = 0; ir < mc; ir += mr) {
+                float *dl = dst + (size_t)ir * (size_t)kc + (size_t)l * mr;
+                int rows = mc - ir < mr ? mc - ir : mr;
+                for (int r = 0; r < rows; r++) dl[r] = src[ir + r];
+                for (int r = rows; r < mr; r++) dl[r] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int ir = 0; ir < mc; ir += mr) {
         float *d = dst + (size_t)ir * (size_t)kc;
         int rows = mc - ir < mr ? mc - ir : mr;
@@ -192,12 +207,6 @@ static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
                 for (int l = 0; l < kc; l++) cpu_load(g->be, g->at, first + (size_t)l * g->a_ks, (size_t)rows, d + (size_t)l * mr);
         } else if (g->a_ks == 1) {   /* rows of A contiguous: transposed in blocks */
             transpose_into(g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
-        } else {              /* op(A) = A^T: an MR strip of a row of A is contiguous */
-            for (int l = 0; l < kc; l++) {   /* a loop, not memcpy: a call per 12 floats cost ~15 % of dW */
-                const float *src = g->a + (size_t)(p0 + l) * g->a_ks + (size_t)(i0 + ir);
-                float *dl = d + (size_t)l * mr;
-                for (int r = 0; r < rows; r++) dl[r] = src[r];
-            }
         }
         if (rows < mr)
             for (int l = 0; l < kc; l++)
@@ -217,13 +226,7 @@ static void pack_b_panel(const lin *g, int kb, int jp)
             for (int l = 0; l < kc; l++) cpu_load(g->be, g->bt, first + (size_t)l * g->b_ks, (size_t)w, d + (size_t)l * nr);
         else
             transpose_widen(g->be, g->bt, first, g->b_cs, w, kc, d, (size_t)nr);
-    } else if (g->b_cs == 1) {   /* rows of op(B) contiguous (a loop rather than a memcpy call per row) */
-        for (int l = 0; l < kc; l++) {
-            const float *src = g->b + (size_t)(p0 + l) * g->b_ks + (size_t)j0;
-            float *dl = d + (size_t)l * nr;
-            for (int j = 0; j < w; j++) dl[j] = src[j];
-        }
-    } else {              /* op(B) = B^T: a column of op(B) is a contiguous row of B */
+    } else {              /* op(B) = B^T (fp32 rows of op(B) go through pack_b_rows) */
         transpose_into(g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
     }
     if (w < nr)
@@ -231,10 +234,36 @@ static void pack_b_panel(const lin *g, int kb, int jp)
             for (int j = w; j < nr; j++) d[(size_t)l * nr + j] = 0.0f;
 }
 
+/* Panels [jp0, jp1) of K block kb of an fp32 op(B) whose rows are contiguous (b_cs = 1):
+ * each row of the block read once, in order, NR values to each panel (a panel at a time
+ * went down the rows one cache line at a time, a miss each). */
+static void pack_b_rows(const lin *g, int kb, int jp0, int jp1)
+{
+    const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc;
+    float *blk = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np;
+    for (int l = 0; l < kc; l++) {
+        const float *src = g->b + (size_t)(p0 + l) * g->b_ks;
+        for (int jp = jp0; jp < jp1; jp++) {
+            int j0 = jp * nr, w = g->n - j0 < nr ? g->n - j0 : nr;
+            float *dl = blk + (size_t)j0 * (size_t)kc + (size_t)l * nr;
+            for (int j = 0; j < w; j++) dl[j] = src[j0 + j];
+            for (int j = w; j < nr; j++) dl[j] = 0.0f;
+        }
+    }
+}
+
 static void pack_b_panels(void *vg, size_t begin, size_t end)
 {
     const lin *g = vg;
     size_t per_block = (size_t)(g->np / g->isa.nr);
+    if (g->bt.t == MPX_F32 && g->b_cs == 1) {
+        for (size_t u = begin; u < end;) {   /* the range's panels, K block by K block */
+            size_t kb = u / per_block, last = (kb + 1) * per_block < end ? (kb + 1) * per_block : end;
+            pack_b_rows(g, (int)kb, (int)(u % per_block), (int)(last - kb * per_block));
+            u = last;
+        }
+        return;
+    }
     for (size_t u = begin; u < end; u++) pack_b_panel(g, (int)(u / per_block), (int)(u % per_block));
 }
 
