@@ -164,6 +164,10 @@ static void transpose_into(const float *src, size_t src_ld, int rows, int cols, 
  * transpose (32 rows x LIN_WIDEN floats = 8 KiB). */
 #define LIN_WIDEN 64
 
+/* Floats of one row read at a time by the row-order packings (pack_a's A^T, pack_b_rows): a
+ * stack buffer for a 16-bit row's widened values. */
+#define LIN_ROW_FLOATS 1024
+
 /* transpose_into from a 16-bit source (src element (r, c) at off + r src_ld + c): each
  * chunk of LIN_WIDEN columns is widened, rows x chunk, then transposed. */
 static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t src_ld, int rows, int cols, float *dst,
@@ -181,17 +185,26 @@ static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t sr
 static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
 {
     const int mr = g->isa.mr;
-    if (g->at.t == MPX_F32 && g->a_ks != 1) {
+    if (g->a_ks != 1) {
         /* op(A) = A^T: row p0 + l of A holds op(A)[i0 .., l] contiguously. Read each row
-         * once, in order, handing MR values to each panel (reading a panel at a time went
-         * down the rows MR floats at a time: a cache miss per 24 bytes) */
-        for (int l = 0; l < kc; l++) {
-            const float *src = g->a + (size_t)(p0 + l) * g->a_ks + (size_t)i0;
-            for (int ir = 0; ir < mc; ir += mr) {
-                float *dl = dst + (size_t)ir * (size_t)kc + (size_t)l * mr;
-                int rows = mc - ir < mr ? mc - ir : mr;
-                for (int r = 0; r < rows; r++) dl[r] = src[ir + r];
-                for (int r = rows; r < mr; r++) dl[r] = 0.0f;
+         * once, in order (a 16-bit one widened LIN_ROW_FLOATS at a time), handing MR values
+         * to each panel: a panel at a time went down the rows MR values at a time, a cache
+         * miss (or a widening call) per MR values */
+        float tmp[LIN_ROW_FLOATS];
+        const int step = LIN_ROW_FLOATS / mr * mr;
+        for (int c0 = 0; c0 < mc; c0 += step) {
+            int c1 = mc - c0 < step ? mc : c0 + step;
+            for (int l = 0; l < kc; l++) {
+                size_t first = (size_t)(p0 + l) * g->a_ks + (size_t)(i0 + c0);
+                const float *src = tmp;
+                if (g->at.t == MPX_F32) src = g->a + first;
+                else cpu_load(g->be, g->at, first, (size_t)(c1 - c0), tmp);
+                for (int ir = c0; ir < c1; ir += mr) {
+                    float *dl = dst + (size_t)ir * (size_t)kc + (size_t)l * mr;
+                    int rows = c1 - ir < mr ? c1 - ir : mr;
+                    for (int r = 0; r < rows; r++) dl[r] = src[ir - c0 + r];
+                    for (int r = rows; r < mr; r++) dl[r] = 0.0f;
+                }
             }
         }
         return;
@@ -201,11 +214,8 @@ static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
         int rows = mc - ir < mr ? mc - ir : mr;
         if (g->at.t != MPX_F32) {   /* 16-bit: widened on the way */
             size_t first = (size_t)(i0 + ir) * g->a_rs + (size_t)p0 * g->a_ks;
-            if (g->a_ks == 1)
-                transpose_widen(g->be, g->at, first, g->a_rs, rows, kc, d, (size_t)mr);
-            else
-                for (int l = 0; l < kc; l++) cpu_load(g->be, g->at, first + (size_t)l * g->a_ks, (size_t)rows, d + (size_t)l * mr);
-        } else if (g->a_ks == 1) {   /* rows of A contiguous: transposed in blocks */
+            transpose_widen(g->be, g->at, first, g->a_rs, rows, kc, d, (size_t)mr);
+        } else {   /* rows of A contiguous: transposed in blocks */
             transpose_into(g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
         }
         if (rows < mr)
@@ -220,13 +230,9 @@ static void pack_b_panel(const lin *g, int kb, int jp)
     const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, j0 = jp * nr;
     float *d = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np + (size_t)j0 * (size_t)kc;
     int w = g->n - j0 < nr ? g->n - j0 : nr;
-    if (g->bt.t != MPX_F32) {   /* 16-bit: widened on the way */
-        size_t first = (size_t)p0 * g->b_ks + (size_t)j0 * g->b_cs;
-        if (g->b_cs == 1)
-            for (int l = 0; l < kc; l++) cpu_load(g->be, g->bt, first + (size_t)l * g->b_ks, (size_t)w, d + (size_t)l * nr);
-        else
-            transpose_widen(g->be, g->bt, first, g->b_cs, w, kc, d, (size_t)nr);
-    } else {              /* op(B) = B^T (fp32 rows of op(B) go through pack_b_rows) */
+    if (g->bt.t != MPX_F32) {   /* op(B) = B^T, 16-bit: widened on the way */
+        transpose_widen(g->be, g->bt, (size_t)p0 * g->b_ks + (size_t)j0 * g->b_cs, g->b_cs, w, kc, d, (size_t)nr);
+    } else {              /* op(B) = B^T (rows of op(B) contiguous go through pack_b_rows) */
         transpose_into(g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
     }
     if (w < nr)
@@ -234,20 +240,28 @@ static void pack_b_panel(const lin *g, int kb, int jp)
             for (int j = w; j < nr; j++) d[(size_t)l * nr + j] = 0.0f;
 }
 
-/* Panels [jp0, jp1) of K block kb of an fp32 op(B) whose rows are contiguous (b_cs = 1):
- * each row of the block read once, in order, NR values to each panel (a panel at a time
- * went down the rows one cache line at a time, a miss each). */
+/* Panels [jp0, jp1) of K block kb of an op(B) whose rows are contiguous (b_cs = 1): each
+ * row of the block read once, in order (a 16-bit one widened LIN_ROW_FLOATS at a time),
+ * NR values to each panel: a panel at a time went down the rows one cache line (or one
+ * widening call) at a time. */
 static void pack_b_rows(const lin *g, int kb, int jp0, int jp1)
 {
     const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc;
-    float *blk = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np;
-    for (int l = 0; l < kc; l++) {
-        const float *src = g->b + (size_t)(p0 + l) * g->b_ks;
-        for (int jp = jp0; jp < jp1; jp++) {
-            int j0 = jp * nr, w = g->n - j0 < nr ? g->n - j0 : nr;
-            float *dl = blk + (size_t)j0 * (size_t)kc + (size_t)l * nr;
-            for (int j = 0; j < w; j++) dl[j] = src[j0 + j];
-            for (int j = w; j < nr; j++) dl[j] = 0.0f;
+    const int step = LIN_ROW_FLOATS / nr;   /* panels per chunk of a row */
+    float *blk = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np, tmp[LIN_ROW_FLOATS];
+    for (int c0 = jp0; c0 < jp1; c0 += step) {
+        int c1 = jp1 - c0 < step ? jp1 : c0 + step, n_end = c1 * nr < g->n ? c1 * nr : g->n;
+        for (int l = 0; l < kc; l++) {
+            size_t first = (size_t)(p0 + l) * g->b_ks + (size_t)c0 * nr;
+            const float *src = tmp;
+            if (g->bt.t == MPX_F32) src = g->b + first;
+            else cpu_load(g->be, g->bt, first, (size_t)(n_end - c0 * nr), tmp);
+            for (int jp = c0; jp < c1; jp++) {
+                int j0 = jp * nr, w = g->n - j0 < nr ? g->n - j0 : nr;
+                float *dl = blk + (size_t)j0 * (size_t)kc + (size_t)l * nr;
+                for (int j = 0; j < w; j++) dl[j] = src[j0 - c0 * nr + j];
+                for (int j = w; j < nr; j++) dl[j] = 0.0f;
+            }
         }
     }
 }
@@ -256,7 +270,7 @@ static void pack_b_panels(void *vg, size_t begin, size_t end)
 {
     const lin *g = vg;
     size_t per_block = (size_t)(g->np / g->isa.nr);
-    if (g->bt.t == MPX_F32 && g->b_cs == 1) {
+    if (g->b_cs == 1) {
         for (size_t u = begin; u < end;) {   /* the range's panels, K block by K block */
             size_t kb = u / per_block, last = (kb + 1) * per_block < end ? (kb + 1) * per_block : end;
             pack_b_rows(g, (int)kb, (int)(u % per_block), (int)(last - kb * per_block));
