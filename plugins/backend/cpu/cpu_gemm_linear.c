@@ -116,10 +116,53 @@ typedef struct lin {
 
 static int ceil_to(int x, int q) { return (x + q - 1) / q * q; }
 
-/* dst[c dst_ld + r] = src[r src_ld + c], r < rows, c < cols: in 4 x 4 blocks. */
-static void transpose_into(const float *src, size_t src_ld, int rows, int cols, float *dst, size_t dst_ld)
+#if defined(__x86_64__) || defined(__i386__)
+/* transpose_into's 8 x 8 blocks in AVX registers, for rows [0, rows / 8 * 8); returns
+ * the rows done. The shuffles only move values. */
+__attribute__((target("avx"))) static int transpose8_avx(const float *src, size_t src_ld, int rows, int cols,
+                                                          float *dst, size_t dst_ld)
 {
     int r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        const float *s0 = src + (size_t)r * src_ld;
+        int c = 0;
+        for (; c + 8 <= cols; c += 8) {
+            __m256 x[8], t[8], u[8];
+            for (int q = 0; q < 8; q++) x[q] = _mm256_loadu_ps(s0 + (size_t)q * src_ld + (size_t)c);
+            for (int q = 0; q < 8; q += 2) {
+                t[q] = _mm256_unpacklo_ps(x[q], x[q + 1]);
+                t[q + 1] = _mm256_unpackhi_ps(x[q], x[q + 1]);
+            }
+            for (int q = 0; q < 8; q += 4) {
+                u[q] = _mm256_shuffle_ps(t[q], t[q + 2], 0x44);
+                u[q + 1] = _mm256_shuffle_ps(t[q], t[q + 2], 0xEE);
+                u[q + 2] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0x44);
+                u[q + 3] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0xEE);
+            }
+            float *d = dst + (size_t)c * dst_ld + (size_t)r;
+            for (int q = 0; q < 4; q++) {
+                _mm256_storeu_ps(d + (size_t)q * dst_ld, _mm256_permute2f128_ps(u[q], u[q + 4], 0x20));
+                _mm256_storeu_ps(d + (size_t)(q + 4) * dst_ld, _mm256_permute2f128_ps(u[q], u[q + 4], 0x31));
+            }
+        }
+        for (; c < cols; c++)
+            for (int q = 0; q < 8; q++) dst[(size_t)c * dst_ld + (size_t)(r + q)] = s0[(size_t)q * src_ld + (size_t)c];
+    }
+    return r;
+}
+#endif
+
+/* dst[c dst_ld + r] = src[r src_ld + c], r < rows, c < cols: in 8 x 8 blocks (with AVX),
+ * then 4 x 4 and 2 x 4 blocks. */
+static void transpose_into(const cpu_be *be, const float *src, size_t src_ld, int rows, int cols, float *dst,
+                           size_t dst_ld)
+{
+    int r = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (be->has_avx2) r = transpose8_avx(src, src_ld, rows, cols, dst, dst_ld);
+#else
+    (void)be;
+#endif
 #if defined(__SSE__)
     for (; r + 4 <= rows; r += 4) {
         const float *s0 = src + (size_t)r * src_ld;
@@ -177,7 +220,7 @@ static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t sr
     for (int c0 = 0; c0 < cols; c0 += LIN_WIDEN) {
         int cw = cols - c0 < LIN_WIDEN ? cols - c0 : LIN_WIDEN;
         for (int r = 0; r < rows; r++) cpu_load(be, src, off + (size_t)r * src_ld + (size_t)c0, (size_t)cw, tmp + r * LIN_WIDEN);
-        transpose_into(tmp, LIN_WIDEN, rows, cw, dst + (size_t)c0 * dst_ld, dst_ld);
+        transpose_into(be, tmp, LIN_WIDEN, rows, cw, dst + (size_t)c0 * dst_ld, dst_ld);
     }
 }
 
@@ -216,7 +259,7 @@ static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
             size_t first = (size_t)(i0 + ir) * g->a_rs + (size_t)p0 * g->a_ks;
             transpose_widen(g->be, g->at, first, g->a_rs, rows, kc, d, (size_t)mr);
         } else {   /* rows of A contiguous: transposed in blocks */
-            transpose_into(g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
+            transpose_into(g->be, g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
         }
         if (rows < mr)
             for (int l = 0; l < kc; l++)
@@ -233,7 +276,7 @@ static void pack_b_panel(const lin *g, int kb, int jp)
     if (g->bt.t != MPX_F32) {   /* op(B) = B^T, 16-bit: widened on the way */
         transpose_widen(g->be, g->bt, (size_t)p0 * g->b_ks + (size_t)j0 * g->b_cs, g->b_cs, w, kc, d, (size_t)nr);
     } else {              /* op(B) = B^T (rows of op(B) contiguous go through pack_b_rows) */
-        transpose_into(g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
+        transpose_into(g->be, g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
     }
     if (w < nr)
         for (int l = 0; l < kc; l++)
