@@ -207,8 +207,8 @@ static void transpose_into(const cpu_be *be, const float *src, size_t src_ld, in
  * transpose (32 rows x LIN_WIDEN floats = 8 KiB). */
 #define LIN_WIDEN 64
 
-/* Floats of one row read at a time by the row-order packings (pack_a's A^T, pack_b_rows): a
- * stack buffer for a 16-bit row's widened values. */
+/* Floats of one row read at a time by the row-order packing (pack_rows): a stack buffer
+ * for a 16-bit row's widened values. */
 #define LIN_ROW_FLOATS 1024
 
 /* transpose_into from a 16-bit source (src element (r, c) at off + r src_ld + c): each
@@ -224,32 +224,41 @@ static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t sr
     }
 }
 
+/* Row-order packing, shared by op(A) = A^T and an op(B) with contiguous rows: row l
+ * (l < kc) of the source holds n consecutive panel columns from element first + l ld
+ * (fp32 at f32, else the 16-bit `a16` widened LIN_ROW_FLOATS values at a time). Each row
+ * is read once, in order, w values to each panel: panel q starts at dst + q w kc, its row
+ * l at + l w, its columns past n zero. (A panel at a time went down the rows w values at
+ * a time: a cache miss, or a widening call, per 24 or 64 bytes.) */
+static void pack_rows(const cpu_be *be, const float *f32, mpx_arg a16, size_t first, size_t ld, int kc, int n, int w,
+                      float *dst)
+{
+    float tmp[LIN_ROW_FLOATS];
+    const int step = LIN_ROW_FLOATS / w * w;
+    for (int c0 = 0; c0 < n; c0 += step) {
+        int c1 = n - c0 < step ? n : c0 + step;
+        for (int l = 0; l < kc; l++) {
+            size_t at = first + (size_t)l * ld + (size_t)c0;
+            const float *src = tmp;
+            if (f32) src = f32 + at;
+            else cpu_load(be, a16, at, (size_t)(c1 - c0), tmp);
+            for (int q = c0; q < c1; q += w) {
+                float *dl = dst + (size_t)q * (size_t)kc + (size_t)l * w;
+                int cols = c1 - q < w ? c1 - q : w;
+                for (int j = 0; j < cols; j++) dl[j] = src[q - c0 + j];
+                for (int j = cols; j < w; j++) dl[j] = 0.0f;
+            }
+        }
+    }
+}
+
 /* Rows [i0, i0 + mc) of op(A), K values [p0, p0 + kc), as MR-row panels. */
 static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
 {
     const int mr = g->isa.mr;
-    if (g->a_ks != 1) {
-        /* op(A) = A^T: row p0 + l of A holds op(A)[i0 .., l] contiguously. Read each row
-         * once, in order (a 16-bit one widened LIN_ROW_FLOATS at a time), handing MR values
-         * to each panel: a panel at a time went down the rows MR values at a time, a cache
-         * miss (or a widening call) per MR values */
-        float tmp[LIN_ROW_FLOATS];
-        const int step = LIN_ROW_FLOATS / mr * mr;
-        for (int c0 = 0; c0 < mc; c0 += step) {
-            int c1 = mc - c0 < step ? mc : c0 + step;
-            for (int l = 0; l < kc; l++) {
-                size_t first = (size_t)(p0 + l) * g->a_ks + (size_t)(i0 + c0);
-                const float *src = tmp;
-                if (g->at.t == MPX_F32) src = g->a + first;
-                else cpu_load(g->be, g->at, first, (size_t)(c1 - c0), tmp);
-                for (int ir = c0; ir < c1; ir += mr) {
-                    float *dl = dst + (size_t)ir * (size_t)kc + (size_t)l * mr;
-                    int rows = c1 - ir < mr ? c1 - ir : mr;
-                    for (int r = 0; r < rows; r++) dl[r] = src[ir - c0 + r];
-                    for (int r = rows; r < mr; r++) dl[r] = 0.0f;
-                }
-            }
-        }
+    if (g->a_ks != 1) {   /* op(A) = A^T: row p0 + l of A holds op(A)[i0 .., l] contiguously */
+        pack_rows(g->be, g->at.t == MPX_F32 ? g->a : NULL, g->at, (size_t)p0 * g->a_ks + (size_t)i0, g->a_ks, kc, mc,
+                  mr, dst);
         return;
     }
     for (int ir = 0; ir < mc; ir += mr) {
@@ -283,30 +292,14 @@ static void pack_b_panel(const lin *g, int kb, int jp)
             for (int j = w; j < nr; j++) d[(size_t)l * nr + j] = 0.0f;
 }
 
-/* Panels [jp0, jp1) of K block kb of an op(B) whose rows are contiguous (b_cs = 1): each
- * row of the block read once, in order (a 16-bit one widened LIN_ROW_FLOATS at a time),
- * NR values to each panel: a panel at a time went down the rows one cache line (or one
- * widening call) at a time. */
+/* Panels [jp0, jp1) of K block kb of an op(B) whose rows are contiguous (b_cs = 1). */
 static void pack_b_rows(const lin *g, int kb, int jp0, int jp1)
 {
     const int nr = g->isa.nr, p0 = kb * g->kc, kc = g->k - p0 < g->kc ? g->k - p0 : g->kc;
-    const int step = LIN_ROW_FLOATS / nr;   /* panels per chunk of a row */
-    float *blk = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np, tmp[LIN_ROW_FLOATS];
-    for (int c0 = jp0; c0 < jp1; c0 += step) {
-        int c1 = jp1 - c0 < step ? jp1 : c0 + step, n_end = c1 * nr < g->n ? c1 * nr : g->n;
-        for (int l = 0; l < kc; l++) {
-            size_t first = (size_t)(p0 + l) * g->b_ks + (size_t)c0 * nr;
-            const float *src = tmp;
-            if (g->bt.t == MPX_F32) src = g->b + first;
-            else cpu_load(g->be, g->bt, first, (size_t)(n_end - c0 * nr), tmp);
-            for (int jp = c0; jp < c1; jp++) {
-                int j0 = jp * nr, w = g->n - j0 < nr ? g->n - j0 : nr;
-                float *dl = blk + (size_t)j0 * (size_t)kc + (size_t)l * nr;
-                for (int j = 0; j < w; j++) dl[j] = src[j0 - c0 * nr + j];
-                for (int j = w; j < nr; j++) dl[j] = 0.0f;
-            }
-        }
-    }
+    const int j0 = jp0 * nr, j1 = jp1 * nr < g->n ? jp1 * nr : g->n;
+    float *blk = g->bpack + (size_t)kb * (size_t)g->kc * (size_t)g->np;
+    pack_rows(g->be, g->bt.t == MPX_F32 ? g->b : NULL, g->bt, (size_t)p0 * g->b_ks + (size_t)j0, g->b_ks, kc,
+              j1 - j0, nr, blk + (size_t)j0 * (size_t)kc);
 }
 
 static void pack_b_panels(void *vg, size_t begin, size_t end)
