@@ -75,7 +75,49 @@ static int w_axpby(void *be, float al, mpx_arg x, float bt, mpx_arg y, size_t n)
     TIMED(C_ELEMENTWISE, real->axpby(be, al, x, bt, y, n));
 }
 static int w_scale(void *be, mpx_arg x, float al, size_t n) { TIMED(C_ELEMENTWISE, real->scale(be, x, al, n)); }
-static int w_gemm(void *be, const mpx_gemm *g) { TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g)); }
+/* The linear GEMMs by shape (op(A) m x k, op(B) k x n, transposes, beta != 0, compute
+ * dtype): where inside the GEMM class the time goes, and each shape's rate. */
+#define MAX_SHAPES 48
+typedef struct shape_sum {
+    int ta, tb, m, n, k, acc, compute;
+    double s;
+    long calls;
+} shape_sum;
+static shape_sum shapes[MAX_SHAPES];
+static int n_shapes;
+
+static void add_shape(const mpx_gemm *g, double dt)
+{
+    pthread_mutex_lock(&sum_mu);
+    int i = 0;
+    for (; i < n_shapes; i++) {
+        const shape_sum *q = &shapes[i];
+        if (q->ta == g->trans_a && q->tb == g->trans_b && q->m == g->m && q->n == g->n && q->k == g->k &&
+            q->acc == (g->beta != 0.0f) && q->compute == (int)g->compute)
+            break;
+    }
+    if (i == n_shapes && n_shapes < MAX_SHAPES)
+        shapes[n_shapes++] = (shape_sum){ g->trans_a, g->trans_b, g->m, g->n, g->k, g->beta != 0.0f, (int)g->compute, 0, 0 };
+    if (i < n_shapes) {
+        shapes[i].s += dt;
+        shapes[i].calls++;
+    }
+    pthread_mutex_unlock(&sum_mu);
+}
+
+static int w_gemm(void *be, const mpx_gemm *g)
+{
+    if (!enabled || depth || g->batch > 1) TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g));
+    double t0 = now();
+    int rc = real->gemm(be, g);
+    double dt = now() - t0;
+    pthread_mutex_lock(&sum_mu);
+    sum_s[C_GEMM] += dt;
+    calls[C_GEMM]++;
+    pthread_mutex_unlock(&sum_mu);
+    add_shape(g, dt);
+    return rc;
+}
 static int w_bias_add(void *be, mpx_arg x, mpx_arg b, mpx_arg y, size_t r, size_t c)
 {
     TIMED(C_BIAS, real->bias_add(be, x, b, y, r, c));
@@ -222,6 +264,7 @@ void bench_profile_reset(void)
 {
     memset(sum_s, 0, sizeof sum_s);
     memset(calls, 0, sizeof calls);
+    n_shapes = 0;
     step_wall_s = 0;
 }
 
@@ -245,4 +288,15 @@ void bench_profile_print(const char *what, int steps, double total_s)
                1e3 * step_wall_s / steps, 100.0 * step_wall_s / total_s);
     printf("    %-52s %8.1f ms %5.1f%%\n", "not in ops (model and core glue, data)",
            1e3 * (total_s - in_ops) / steps, 100.0 * (total_s - in_ops) / total_s);
+    if (!n_shapes) return;
+    printf("    the linear GEMMs by shape (m x n x k: C = alpha op(A) op(B) (+ beta C when acc), op(A) m x k; "
+           "^T = transposed; the dtype the inputs are rounded to):\n");
+    for (int i = 0; i < n_shapes; i++) {
+        const shape_sum *q = &shapes[i];
+        double gf = 2.0 * q->m * q->n * q->k * (double)q->calls / q->s * 1e-9;
+        printf("      %5d x %5d x %5d %s%s%s %-5s %8.1f ms %5.1f%% %4.0f calls %6.1f GFLOP/s\n", q->m, q->n, q->k,
+               q->ta ? "A^T" : "A  ", q->tb ? " B^T" : " B  ", q->acc ? " acc" : "    ",
+               q->compute ? mpx_dtype_name((mpx_dtype)q->compute) : "fp32", 1e3 * q->s / steps,
+               100.0 * q->s / total_s, (double)q->calls / steps, gf);
+    }
 }

@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -548,6 +549,59 @@ static int kernel_probe(const char *self, int set, char *name, size_t len, char 
     return pclose(p) == 0 ? 0 : -1;
 }
 
+/* ---- the machine's FMA peak: what the ceiling itself is measured against ---- */
+
+/* 12 independent chains of 8-lane FMAs in registers, `n` rounds (no memory traffic):
+ * the most the cores' FMA units do, the bound no GEMM can pass. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+static volatile float g_peak_sink;
+__attribute__((target("avx2,fma"))) static void *fma_loop(void *arg)
+{
+    long n = *(const long *)arg;
+    __m256 x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
+    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3);
+    __m256 a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7);
+    __m256 a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
+    for (long i = 0; i < n; i++) {
+        a0 = _mm256_fmadd_ps(a0, x, y), a1 = _mm256_fmadd_ps(a1, x, y), a2 = _mm256_fmadd_ps(a2, x, y);
+        a3 = _mm256_fmadd_ps(a3, x, y), a4 = _mm256_fmadd_ps(a4, x, y), a5 = _mm256_fmadd_ps(a5, x, y);
+        a6 = _mm256_fmadd_ps(a6, x, y), a7 = _mm256_fmadd_ps(a7, x, y), a8 = _mm256_fmadd_ps(a8, x, y);
+        a9 = _mm256_fmadd_ps(a9, x, y), a10 = _mm256_fmadd_ps(a10, x, y), a11 = _mm256_fmadd_ps(a11, x, y);
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    g_peak_sink = out[0];
+    return NULL;
+}
+
+/* GFLOP/s of fma_loop on `threads` threads at once (the best of 3), 0 without AVX2 + FMA */
+static double fma_peak(int threads)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || threads < 1 || threads > 64) return 0;
+    long n = 100000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t t[64];
+        int started = 0;
+        double t0 = now();
+        for (; started < threads - 1; started++)
+            if (pthread_create(&t[started], NULL, fma_loop, &n)) break;
+        fma_loop(&n);
+        for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+        double gf = (double)(started + 1) * (double)n * 12 * 16 / (now() - t0) * 1e-9;
+        if (gf > best) best = gf;
+    }
+    return best;
+}
+#else
+static double fma_peak(int threads) { (void)threads; return 0; }
+#endif
+
 #define N_MODELS 2
 #define N_PRECS 2
 
@@ -686,6 +740,19 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         }
     }
     for (int k = 0; k < n_sets; k++) print_tables(res[k], model_names, labels[k]);
+    int thr = res[0][0][0].ok ? res[0][0][0].threads : res[0][1][0].threads;
+    double peak1 = fma_peak(1), peak = fma_peak(thr), clo = 1e30, chi = 0;
+    for (int k = 0; k < n_sets; k++)
+        for (int m = 0; m < N_MODELS; m++)
+            for (int p = 0; p < N_PRECS; p++)
+                if (res[k][m][p].ok) {
+                    clo = fmin(clo, res[k][m][p].ceiling);
+                    chi = fmax(chi, res[k][m][p].ceiling);
+                }
+    if (peak > 0 && chi > 0)
+        printf("\nFMA peak (12 independent AVX2 FMA chains in registers, no memory): %.1f GFLOP/s on 1 thread, %.1f on "
+               "%d; the ceilings above (%.1f-%.1f GFLOP/s) are %.0f-%.0f %% of it\n", peak1, peak, thr, clo, chi,
+               100.0 * clo / peak, 100.0 * chi / peak);
     printf("\nload average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
            "blas GF, mpx GF = GFLOP/s of an fp32 GEMM %dx3072x768 (x W^T) by cblas_sgemm (OpenBLAS threads = thr, the "
