@@ -242,6 +242,33 @@ Test(ranks, tiny_bert_fp16_scaled, .timeout = 300) { tiny(&policies[2]); }
 Test(ranks, tiny_bert_bf16_master, .timeout = 300) { tiny(&policies[3]); }
 Test(ranks, tiny_bert_pure_bf16, .timeout = 300) { tiny(&policies[4]); }
 
+/* An epoch counts global batches (DeepSpeed: train_batch_size = micro x accumulation x
+ * world): the toy's 2,048 examples in batches of 32 on 2 ranks are 2048 / (32 x 2) = 32
+ * steps an epoch, as one rank with accumulation 2 takes, and those two runs train the same
+ * weights. (Counting one rank's batch, 64 steps, ran two epochs of data for one.) */
+Test(ranks, an_epoch_at_2_ranks_counts_global_batches, .timeout = 300)
+{
+    char *dir = ts_tmpdir("ranks-epoch");
+    static const char base[] = "-s train.epochs=1 -s train.max_steps=0 -s 'optimizer.plugin=\"adam\"' "
+                               "-s backend.cpu.threads=1 -s data.toy.examples=2048 -s train.batch_size=32";
+    char args[1024];
+    tr_run one, two;
+    snprintf(args, sizeof args, "%s -s train.gradient_accumulation_steps=2", base);
+    tr_run_mpx(&one, dir, "one", TOY, args);
+    snprintf(args, sizeof args, "%s --ranks 2", base);
+    tr_run_mpx(&two, dir, "two", TOY, args);
+    json_t *m1 = json_object_get(one.rec, "metrics"), *m2 = json_object_get(two.rec, "metrics");
+    cr_expect_eq(json_integer_value(json_object_get(m1, "steps")), 32, "one rank, accumulation 2: %lld steps",
+                 (long long)json_integer_value(json_object_get(m1, "steps")));
+    cr_expect_eq(json_integer_value(json_object_get(m2, "steps")), 32, "2 ranks: %lld steps for one epoch",
+                 (long long)json_integer_value(json_object_get(m2, "steps")));
+    double dw = tr_weight_rel_diff(&two, &one);
+    cr_expect_lt(dw, FP32_WEIGHT_TOL, "an epoch at 2 ranks and at accumulation 2 differ: weights %.3g", dw);
+    tr_free(&one);
+    tr_free(&two);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 /* ---- precision across ranks, failures, joining ------------------------------------- */
 
 /* An inf in rank 1's gradient lands, after the reduce-scatter, in rank 0's slice only

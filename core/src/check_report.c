@@ -98,6 +98,8 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
     mpx_config_get_int(s->cfg, "train.gradient_accumulation_steps", &accum);
     mpx_config_get_int(s->cfg, "train.epochs", &epochs);
     mpx_config_get_int(s->cfg, "scheduler.total_steps", &total_cfg);
+    int64_t ranks = 1;
+    if (mpx_config_lookup(s->cfg, "run.ranks")) mpx_config_get_int(s->cfg, "run.ranks", &ranks);
     size_t n_train = t.n_train;
     if (t.destroy) t.destroy(&t);
     const char *type;
@@ -110,11 +112,11 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
         fprintf(err, "mpx check: schedule: %s\n", msg);
         return 1;
     }
-    fprintf(out, "\n# data: %zu training examples (%s); batch %lld x accumulation %lld, %lld epoch(s)\n",
-            n_train, t.name, (long long)batch, (long long)accum, (long long)epochs);
+    fprintf(out, "\n# data: %zu training examples (%s); batch %lld x accumulation %lld x %lld rank(s), %lld epoch(s)\n",
+            n_train, t.name, (long long)batch, (long long)accum, (long long)ranks, (long long)epochs);
     print_schedule(out, type, &p, &sm);
     if (total_cfg > 0 && total_cfg != steps)
-        fprintf(err, "mpx check: warning: scheduler.total_steps = %lld, but the data and batch size yield %lld "
+        fprintf(err, "mpx check: warning: scheduler.total_steps = %lld, but the data and global batch yield %lld "
                 "optimizer steps: the schedule's x = step / total_steps %s 1 before the run ends\n",
                 (long long)total_cfg, (long long)steps, total_cfg < steps ? "passes" : "never reaches");
     const char *present[8];

@@ -48,21 +48,28 @@ int mpx_train_count_steps(const mpx_session *s, size_t n_train, int64_t *steps, 
         snprintf(err, errlen, "train: incomplete configuration");
         return -1;
     }
-    int64_t per_step, per_epoch, micro;
-    if (__builtin_mul_overflow(c.batch, c.accum, &per_step) || n_train > (size_t)INT64_MAX / 2) {
-        snprintf(err, errlen, "train.batch_size x train.gradient_accumulation_steps (%lld x %lld) overflows",
-                 (long long)c.batch, (long long)c.accum);
+    /* An epoch counts global batches (docs/RANKS.md): every rank reads every micro-batch
+     * of a step, batch x accumulation x ranks examples. Under a launch run.ranks is the
+     * launched count (cmd_run.c), so `mpx check` and every rank count the same steps. */
+    int64_t ranks = 1;
+    if (mpx_config_lookup(s->cfg, "run.ranks") && mpx_config_get_int(s->cfg, "run.ranks", &ranks)) ranks = 1;
+    if (ranks < 1) ranks = 1;
+    int64_t per_rank, per_step, per_epoch, n_micro, micro;
+    if (__builtin_mul_overflow(c.batch, c.accum, &per_rank) || __builtin_mul_overflow(per_rank, ranks, &per_step) ||
+        __builtin_mul_overflow(c.accum, ranks, &n_micro) || n_train > (size_t)INT64_MAX / 2) {
+        snprintf(err, errlen, "train.batch_size x train.gradient_accumulation_steps x run.ranks (%lld x %lld x %lld) "
+                 "overflows", (long long)c.batch, (long long)c.accum, (long long)ranks);
         return -1;
     }
     per_epoch = ((int64_t)n_train + per_step - 1) / per_step;
     if (c.max_steps > 0) *steps = c.max_steps;
     else if (__builtin_mul_overflow(c.epochs, per_epoch, steps)) *steps = INT64_MAX;
-    /* the Philox counter of a micro-batch is 32 bits: step x accumulation + micro-batch */
-    if (__builtin_mul_overflow(*steps, c.accum, &micro) || micro > (int64_t)UINT32_MAX + 1) {
+    /* the Philox counter of a micro-batch is 32 bits: step x (accumulation x ranks) + micro-batch */
+    if (__builtin_mul_overflow(*steps, n_micro, &micro) || micro > (int64_t)UINT32_MAX + 1) {
         snprintf(err, errlen, "%s asks for %s%lld optimizer steps of %lld micro-batches: more than the 2^32 "
                  "micro-batches a run can count (the random streams' 32-bit counter)",
                  c.max_steps > 0 ? "train.max_steps" : "train.epochs", *steps == INT64_MAX ? "over " : "",
-                 (long long)*steps, (long long)c.accum);
+                 (long long)*steps, (long long)n_micro);
         return -1;
     }
     return 0;
