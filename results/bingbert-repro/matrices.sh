@@ -26,3 +26,5 @@ table islands --rows precision.islands --metric metrics.diagnostics.embedding.st
 table amp --rows precision.plugin --metric exact_match,f1,final_loss,skipped_steps,overflow_count
 table pure-bf16 --rows precision.rounding --metric exact_match,f1,final_loss,memory.bytes_per_param,metrics.diagnostics.ffn.stalled_frac
 table lr --rows precision.plugin --cols optimizer.lr --metric exact_match,f1,final_loss
+table lr --rows precision.plugin --metric metrics.diagnostics.embedding.stalled_frac,metrics.diagnostics.attention.stalled_frac,metrics.diagnostics.ffn.stalled_frac
+table comm --rows precision.comm_dtype --metric exact_match,f1,final_loss,metrics.diagnostics.ffn.stalled_frac
