@@ -1,7 +1,15 @@
 # The core: the mpx binary (CLI) over libmpx.a (session, loader, host, records, loop).
-GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
+# A record's git_commit: HEAD, with "-dirty" when the sources that go into the binaries
+# (core/, plugins/, the makefiles) differ from it. The stamp file is rewritten only when
+# that changes, and provenance.o is rebuilt when the stamp is (a commit, a checkout, an
+# edit or its revert), so a binary never carries the commit of an older build.
+GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)$(shell \
+    git rev-parse --verify -q HEAD >/dev/null 2>&1 && ! git diff --quiet HEAD -- core plugins Makefile 2>/dev/null && echo -dirty)
+$(BUILD)/git-commit.txt: mpx-git-stamp
+	@mkdir -p $(@D); echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
+.PHONY: mpx-git-stamp
 $(BUILD)/obj/core/src/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
-$(BUILD)/obj/core/src/provenance.o: $(wildcard .git/HEAD .git/refs/heads/*)
+$(BUILD)/obj/core/src/provenance.o: $(BUILD)/git-commit.txt
 LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/shard.c core/src/weight_gather.c core/src/precision_keys.c \
             core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
             core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
