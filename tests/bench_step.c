@@ -556,33 +556,42 @@ static int kernel_probe(const char *self, int set, char *name, size_t len, char 
 #if defined(__x86_64__)
 #include <immintrin.h>
 static volatile float g_peak_sink;
-__attribute__((target("avx2,fma"))) static void *fma_loop(void *arg)
-{
-    long n = *(const long *)arg;
-    __m256 x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
-    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3);
-    __m256 a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7);
-    __m256 a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
-    for (long i = 0; i < n; i++) {
-        a0 = _mm256_fmadd_ps(a0, x, y), a1 = _mm256_fmadd_ps(a1, x, y), a2 = _mm256_fmadd_ps(a2, x, y);
-        a3 = _mm256_fmadd_ps(a3, x, y), a4 = _mm256_fmadd_ps(a4, x, y), a5 = _mm256_fmadd_ps(a5, x, y);
-        a6 = _mm256_fmadd_ps(a6, x, y), a7 = _mm256_fmadd_ps(a7, x, y), a8 = _mm256_fmadd_ps(a8, x, y);
-        a9 = _mm256_fmadd_ps(a9, x, y), a10 = _mm256_fmadd_ps(a10, x, y), a11 = _mm256_fmadd_ps(a11, x, y);
+/* One loop per vector width: V the vector type, P the intrinsics' prefix, W its lanes. */
+#define FMA_LOOP(NAME, TARGET, V, P, W)                                                                         \
+    __attribute__((target(TARGET))) static void *NAME(void *arg)                                               \
+    {                                                                                                           \
+        long n = *(const long *)arg;                                                                            \
+        V x = P##_set1_ps(1.0000001f), y = P##_set1_ps(0.9999999f);                                             \
+        V a[12];                                                                                                \
+        for (int c = 0; c < 12; c++) a[c] = P##_set1_ps((float)c);                                              \
+        for (long i = 0; i < n; i++) {                                                                          \
+            a[0] = P##_fmadd_ps(a[0], x, y), a[1] = P##_fmadd_ps(a[1], x, y), a[2] = P##_fmadd_ps(a[2], x, y);     \
+            a[3] = P##_fmadd_ps(a[3], x, y), a[4] = P##_fmadd_ps(a[4], x, y), a[5] = P##_fmadd_ps(a[5], x, y);     \
+            a[6] = P##_fmadd_ps(a[6], x, y), a[7] = P##_fmadd_ps(a[7], x, y), a[8] = P##_fmadd_ps(a[8], x, y);     \
+            a[9] = P##_fmadd_ps(a[9], x, y), a[10] = P##_fmadd_ps(a[10], x, y), a[11] = P##_fmadd_ps(a[11], x, y); \
+        }                                                                                                       \
+        float out[W], sum = 0;                                                                                  \
+        for (int c = 0; c < 12; c++) {                                                                          \
+            P##_storeu_ps(out, a[c]);                                                                           \
+            sum += out[0];                                                                                      \
+        }                                                                                                       \
+        g_peak_sink = sum;                                                                                      \
+        return NULL;                                                                                            \
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    float out[8];
-    _mm256_storeu_ps(out, s);
-    g_peak_sink = out[0];
-    return NULL;
-}
+FMA_LOOP(fma_loop_avx2, "avx2,fma", __m256, _mm256, 8)
+FMA_LOOP(fma_loop_avx512, "avx512f", __m512, _mm512, 16)
 
-/* GFLOP/s of fma_loop on `threads` threads at once (the best of 3), 0 without AVX2 + FMA */
-static double fma_peak(int threads)
+/* GFLOP/s of the widest FMA loop the CPU has (AVX-512F, else AVX2 + FMA: the widths the
+ * backend's kernels use) on `threads` threads at once, the best of 3; 0 without either.
+ * `isa` names the loop. */
+static double fma_peak(int threads, const char **isa)
 {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || threads < 1 || threads > 64) return 0;
+    void *(*loop)(void *) = NULL;
+    int lanes = 0;
+    if (__builtin_cpu_supports("avx512f")) loop = fma_loop_avx512, lanes = 16, *isa = "AVX-512";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) loop = fma_loop_avx2, lanes = 8, *isa = "AVX2";
+    if (!loop || threads < 1 || threads > 64) return 0;
     long n = 100000000;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -590,16 +599,16 @@ static double fma_peak(int threads)
         int started = 0;
         double t0 = now();
         for (; started < threads - 1; started++)
-            if (pthread_create(&t[started], NULL, fma_loop, &n)) break;
-        fma_loop(&n);
+            if (pthread_create(&t[started], NULL, loop, &n)) break;
+        loop(&n);
         for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
-        double gf = (double)(started + 1) * (double)n * 12 * 16 / (now() - t0) * 1e-9;
+        double gf = (double)(started + 1) * (double)n * 12 * 2 * lanes / (now() - t0) * 1e-9;
         if (gf > best) best = gf;
     }
     return best;
 }
 #else
-static double fma_peak(int threads) { (void)threads; return 0; }
+static double fma_peak(int threads, const char **isa) { (void)threads; (void)isa; return 0; }
 #endif
 
 #define N_MODELS 2
@@ -741,7 +750,8 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
     }
     for (int k = 0; k < n_sets; k++) print_tables(res[k], model_names, labels[k]);
     int thr = res[0][0][0].ok ? res[0][0][0].threads : res[0][1][0].threads;
-    double peak1 = fma_peak(1), peak = fma_peak(thr), clo = 1e30, chi = 0;
+    const char *isa = "";
+    double peak1 = fma_peak(1, &isa), peak = fma_peak(thr, &isa), clo = 1e30, chi = 0;
     for (int k = 0; k < n_sets; k++)
         for (int m = 0; m < N_MODELS; m++)
             for (int p = 0; p < N_PRECS; p++)
@@ -750,8 +760,8 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
                     chi = fmax(chi, res[k][m][p].ceiling);
                 }
     if (peak > 0 && chi > 0)
-        printf("\nFMA peak (12 independent AVX2 FMA chains in registers, no memory): %.1f GFLOP/s on 1 thread, %.1f on "
-               "%d; the ceilings above (%.1f-%.1f GFLOP/s) are %.0f-%.0f %% of it\n", peak1, peak, thr, clo, chi,
+        printf("\nFMA peak (12 independent %s FMA chains in registers, no memory): %.1f GFLOP/s on 1 thread, %.1f on "
+               "%d; the ceilings above (%.1f-%.1f GFLOP/s) are %.0f-%.0f %% of it\n", isa, peak1, peak, thr, clo, chi,
                100.0 * clo / peak, 100.0 * chi / peak);
     printf("\nload average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
