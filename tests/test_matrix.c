@@ -207,3 +207,53 @@ Test(matrix, unknown_keys_and_metrics_are_named)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EMM 2>&1", dir), 2);
     cr_expect(strstr(out, "EMM") && strstr(out, "EM, F1"), "%s", out);
 }
+
+/* final_loss_mean of a record written before it existed comes from metrics.losses: the
+ * finite ones among the last 200. Seed 1: losses 0, 1, ..., 249 with steps 240-249 null
+ * (not finite): the last 200 are steps 50-249, of which 50-239 count: mean 144.5. Seed 2:
+ * 30 losses 1, 2, ..., 30 (fewer than 200: all of them): 15.5. The two seeds: mean 80. */
+Test(matrix, final_loss_mean_of_an_older_record_is_its_last_200_finite_losses)
+{
+    char *dir = ts_tmpdir("matrix-tail");
+    for (int seed = 1; seed <= 2; seed++) {
+        char name[16];
+        snprintf(name, sizeof name, "fp32_%d", seed);
+        put_run(dir, name, "fp32", seed, 1e-4, "finished", NULL, 1, 1);
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s/run.json", dir, name);
+        json_error_t e;
+        json_t *j = json_load_file(path, 0, &e);
+        cr_assert_not_null(j, "%s", e.text);
+        json_t *losses = json_array();
+        int n = seed == 1 ? 250 : 30;
+        for (int i = 0; i < n; i++)
+            json_array_append_new(losses, seed == 1 && i >= 240 ? json_null() : json_real(seed == 1 ? i : i + 1));
+        json_object_set_new(json_object_get(j, "metrics"), "losses", losses);
+        cr_assert_eq(json_dump_file(j, path, 0), 0);
+        json_decref(j);
+    }
+    static char out[1 << 20];
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows run.seed --metric final_loss_mean --format json",
+                       dir), 0, "%s", out);
+    json_error_t e;
+    json_t *m = json_loads(out, 0, &e);
+    cr_assert_not_null(m, "%s\n%s", e.text, out);
+    json_t *cells = json_object_get(m, "cells");   /* one column (null), rows by seed */
+    cr_assert_eq(json_array_size(cells), 2, "%s", out);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *c = json_array_get(cells, i);
+        json_int_t seed = json_integer_value(json_object_get(c, "row"));
+        cr_expect_float_eq(stat_of(c, "final_loss_mean", "mean"), seed == 1 ? 144.5 : 15.5, 1e-12, "seed %d",
+                           (int)seed);
+    }
+    json_decref(m);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric final_loss_mean "
+                       "--format json", dir), 0, "%s", out);
+    m = json_loads(out, 0, &e);
+    cr_assert_not_null(m, "%s\n%s", e.text, out);
+    cells = json_object_get(m, "cells");
+    cr_assert_eq(json_array_size(cells), 1, "%s", out);
+    cr_expect_float_eq(stat_of(json_array_get(cells, 0), "final_loss_mean", "mean"), 80.0, 1e-12);
+    cr_expect_eq(stat_of(json_array_get(cells, 0), "final_loss_mean", "n"), 2);
+    json_decref(m);
+}

@@ -3,6 +3,7 @@
  * metrics.csv. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,29 @@ static int csv_rows(const char *out, double *first_loss, double *last_loss)
     return rows;
 }
 
+/* The mean of the last `last` losses of metrics.csv; returns how many it took. */
+static int csv_tail_mean(const char *out, int last, double *mean)
+{
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/toy/metrics.csv", out);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no %s", path);
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    static double loss[1 << 16];
+    int n = 0;
+    while (n < (1 << 16) && fgets(line, sizeof line, f)) {
+        double step;
+        cr_assert_eq(sscanf(line, "%lf,%lf", &step, &loss[n]), 2, "%s", line);
+        n++;
+    }
+    fclose(f);
+    int from = n > last ? n - last : 0;
+    double sum = 0;
+    for (int i = from; i < n; i++) sum += loss[i];
+    *mean = sum / (n - from);
+    return n - from;
+}
+
 Test(records, finished_toy_run_learns)
 {
     char *out = tmp_dir();
@@ -79,6 +103,15 @@ Test(records, finished_toy_run_learns)
     int rows = csv_rows(out, &f, &l);
     cr_expect_eq(rows, json_integer_value(json_object_get(m, "steps")));
     cr_expect_lt(l, f);
+    /* final_loss_mean: the mean of the last 200 steps' losses (all when fewer), here from
+     * metrics.csv's column (9 significant digits) */
+    double tail = 0;
+    int used = csv_tail_mean(out, 200, &tail);
+    cr_expect_eq(used, rows < 200 ? rows : 200);
+    double mean = json_real_value(json_object_get(m, "final_loss_mean"));
+    cr_expect(fabs(mean - tail) <= 1e-7 * fabs(tail), "final_loss_mean %.17g, metrics.csv's last %d: %.17g", mean,
+              used, tail);
+    cr_expect_neq(mean, final, "one step's loss is not the mean of %d", used);
     /* every effective key is recorded, defaults included */
     json_t *eff = json_object_get(json_object_get(j, "config"), "effective");
     cr_expect(json_is_number(json_object_get(json_object_get(json_object_get(eff, "optimizer"), "sgd"), "dampening")));

@@ -54,6 +54,21 @@ const char *mpx_now_iso(char *buf, size_t len)
     return buf;
 }
 
+int mpx_tail_loss_mean(const json_t *losses, double *out)
+{
+    size_t n = json_array_size(losses), from = n > MPX_TAIL_STEPS ? n - MPX_TAIL_STEPS : 0, used = 0;
+    double sum = 0.0;
+    for (size_t i = from; i < n; i++) {
+        json_t *v = json_array_get(losses, i);
+        if (!json_is_number(v) || !isfinite(json_number_value(v))) continue;
+        sum += json_number_value(v);
+        used++;
+    }
+    if (!used) return -1;
+    *out = sum / (double)used;
+    return 0;
+}
+
 /* ---- crash record ------------------------------------------------------------------
  * The "killed" record is rendered in advance as two halves around the signal number,
  * so the handler only calls async-signal-safe functions (open, write, rename). */

@@ -44,6 +44,17 @@ int mpx_write_json_atomic(const char *path, json_t *j);
 /* mkdir -p */
 int mpx_mkdirs(const char *path);
 
+/* The steps final_loss_mean averages: the last MPX_TAIL_STEPS of the run (all of them
+ * when it has fewer). */
+#define MPX_TAIL_STEPS 200
+
+/* The mean of the finite losses among the last MPX_TAIL_STEPS entries of `losses` (a
+ * run.json's metrics.losses: one number per step, null where the loss was not finite):
+ * the end-of-training loss a record reports as final_loss_mean, steadier than
+ * final_loss, which is one step's loss (one batch of 3 windows moves it by a nat).
+ * 0, or -1 when there is no finite loss among them (or `losses` is not an array). */
+int mpx_tail_loss_mean(const json_t *losses, double *out);
+
 /* ISO-8601 UTC time now. */
 const char *mpx_now_iso(char *buf, size_t len);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "record.h"
+
 json_t *mpx_run_load(const char *dir, char *err, size_t errlen)
 {
     char path[PATH_MAX + 16];
@@ -61,7 +63,9 @@ json_t *mpx_run_config_value(json_t *run, const char *key)
 
 int mpx_run_metric(json_t *run, const char *name, double *out)
 {
-    json_t *v = json_object_get(json_object_get(run, "metrics"), name);
+    json_t *m = json_object_get(run, "metrics"), *v = json_object_get(m, name);
+    /* records from before final_loss_mean carry the losses it is computed from */
+    if (!v && !strcmp(name, "final_loss_mean")) return mpx_tail_loss_mean(json_object_get(m, "losses"), out);
     if (!v) v = mpx_json_path(run, name);
     if (json_is_number(v)) { *out = json_number_value(v); return 0; }
     if (json_is_boolean(v)) { *out = json_is_true(v); return 0; }

@@ -480,6 +480,8 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
     json_object_set(metrics, "overflow_steps", overflows); /* [step, scale used] of each skipped step */
     json_object_set_new(metrics, "first_loss", json_real(first_loss));
     json_object_set_new(metrics, "final_loss", json_real(last_loss));
+    double tail;
+    if (!mpx_tail_loss_mean(losses, &tail)) json_object_set_new(metrics, "final_loss_mean", json_real(tail));
     json_object_set(metrics, "losses", losses);
     json_object_set_new(metrics, "train_seconds", json_real(elapsed));
     json_object_set_new(metrics, "tokens_per_s", json_real(elapsed > 0 ? (double)tokens_total / elapsed : 0));
