@@ -216,7 +216,7 @@ Test(matrix, final_loss_mean_of_an_older_record_is_its_last_200_finite_losses)
 {
     char *dir = ts_tmpdir("matrix-tail");
     for (int seed = 1; seed <= 2; seed++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "fp32_%d", seed);
         put_run(dir, name, "fp32", seed, 1e-4, "finished", NULL, 1, 1);
         char path[PATH_MAX];
