@@ -17,7 +17,7 @@ MPX=${MPX:-build/bin/mpx}
 STUDY=results/bingbert-repro
 # seed 1 of the report's three modes, then what needs their weights, then the other seeds (the
 # seed-to-seed spread), then the ablations and the other policies
-ORDER=${ORDER:-"main-seed1 eval-logits main islands amp pure-bf16 lr comm"}
+ORDER=${ORDER:-"main-seed1 eval-logits main islands amp pure-bf16 lr comm pure-bf16-seeds"}
 for part in $ORDER; do
     while :; do
         [ -n "${BEFORE_CELL:-}" ] && eval "$BEFORE_CELL"
