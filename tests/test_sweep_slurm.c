@@ -182,14 +182,24 @@ Test(sweep_slurm, status_reads_slurm_states_and_the_rerun_skips_queued_and_finis
                        "echo \"7_3|PREEMPTED|0:15|None\"\\necho \"7_4|CANCELLED by 0|0:15|None\"\\n"
                        "echo \"7_5|OUT_OF_MEMORY|0:125|None\"\\necho \"7_6|COMPLETED|0:0|None\"\\n' > sacct && "
                        "chmod +x squeue sacct", dir, dir), 0, "%s", out);
+    /* how far two cells trained: Slurm's running one, 10 of 40 steps in 20 s (so 60 s
+     * left at that rate); the preempted one stopped after 5 steps, its total unknown */
+    cr_assert_eq(ts_sh(out, sizeof out,
+                       "cd %s/out/toy && h=step,loss,lr,grad_norm,loss_scale,skipped,tokens_per_s,elapsed_s && "
+                       "printf '%%s\\n8,0.75,0.1,1,1,0,100,18.5\\n9,0.5,0.1,1,1,0,100,20\\n10,0.25' "
+                       "$h > $(echo 0.05_2-*)/metrics.csv && "
+                       "printf '{\"status\": \"running\", \"pid\": 0, \"progress\": {\"total_steps\": 40}}' "
+                       "> $(echo 0.05_2-*)/run.json && "
+                       "printf '%%s\\n4,1.5,0.1,1,1,0,100,9\\n' $h > $(echo 0.05_4-*)/metrics.csv", dir), 0, "%s", out);
     char env[PATH_MAX + 32];
     snprintf(env, sizeof env, "PATH=%s/bin:$PATH", dir);
     cr_assert_eq(ts_sh(out, sizeof out, "%s " SWEEP " --status", env, file, dir, "out"), 1, "%s", out);
     const char *want[] = {
         "  pending    0.05_1 ", "slurm 7_0: PENDING (Priority)\n",
-        "  running    0.05_2 ", "slurm 7_1: RUNNING\n",
+        "  running    0.05_2 ", "slurm 7_1: RUNNING\n"
+        "             step 10 of 40 (25 %), loss 0.5000, 20 s in, about 1 min 0 s of training left\n",
         "  failed     0.05_3 ", "slurm 7_2: TIMEOUT exit 0:0; its record: no record\n",
-        "  preempted  0.05_4 ", "slurm 7_3: PREEMPTED exit 0:15;",
+        "  preempted  0.05_4 ", "slurm 7_3: PREEMPTED exit 0:15;", "\n             stopped at step 5\n",
         "  cancelled  0.1_1 ", "slurm 7_4: CANCELLED exit 0:15;",
         "  failed     0.1_2 ", "slurm 7_5: OUT_OF_MEMORY exit 0:125;",
         "  finished   0.1_3 ",

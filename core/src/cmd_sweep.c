@@ -29,8 +29,9 @@ static const char sweep_usage[] =
     "  --executor slurm submits those cells as one Slurm job array (resources from the sweep\n"
     "  file's slurm group; --sbatch-args adds sbatch options; --dry-run prints the job script)\n"
     "  and returns; cells Slurm still holds queued or running are not submitted again.\n"
-    "  --status lists every cell's state from its record and from Slurm; exit 0 when every\n"
-    "  cell is finished or skipped, 1 otherwise.\n";
+    "  --status lists every cell's state from its record and from Slurm, and how far a running\n"
+    "  or interrupted cell trained (its step, and for a running one the time left at its rate\n"
+    "  so far); exit 0 when every cell is finished or skipped, 1 otherwise.\n";
 
 typedef struct sweep_opts {
     int dry_run, retry_failed, status, slurm, jobs;

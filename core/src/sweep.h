@@ -105,6 +105,22 @@ void mpx_sweep_cells_free(mpx_sweep_cell *cells, size_t n);
 
 /* Read <dir>/run.json: its state, and its reason/error into why. */
 mpx_rec_state mpx_sweep_read_state(const char *dir, char *why, size_t len);
+
+/* How far a cell's training is, from the last complete row of <dir>/metrics.csv (step
+ * counted from 0, loss, elapsed_s, which goes on across a resume) and, when p->total is
+ * not yet known (<= 0), progress.total_steps of <dir>/run.json. 0, or -1 with *p's step
+ * fields untouched when there is no row yet. */
+typedef struct mpx_cell_progress {
+    long step, total;
+    double loss, elapsed_s;
+} mpx_cell_progress;
+int mpx_sweep_read_progress(const char *dir, mpx_cell_progress *p);
+/* Seconds of training left at the rate so far (0 when the total is unknown or reached). */
+double mpx_cell_progress_eta(const mpx_cell_progress *p);
+/* For --status: "step 257 of 3049 (8 %), loss 3.1250, 3 min 57 s in, about 43 min of
+ * training left" (running), or "stopped at step 257 of 3049" (running = 0); "" when
+ * <dir> has no metrics row yet. */
+void mpx_sweep_progress_text(const char *dir, int running, char *out, size_t len);
 /* Write <cell dir>/run.json for a cell that never ran: status "skipped" (reason) or
  * "failed" (error), with its axis values and what is known of its configuration. */
 int mpx_sweep_write_unrun(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *status);

@@ -55,54 +55,14 @@ char **mpx_sweep_child_argv(const mpx_sweep *sw, const mpx_sweep_cell *c, const 
     return argv;
 }
 
-/* The last complete line of metrics.csv: step, loss, ..., elapsed_s (last column). */
-static int last_row(const char *dir, long *step, double *loss, double *elapsed)
+static void draw_progress(const mpx_sweep_cell *c, const char *label, mpx_cell_progress *p)
 {
-    char path[PATH_MAX + 16], buf[4096];
-    snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long off = 0;
-    if (fseek(f, 0, SEEK_END) == 0) off = ftell(f);
-    off = off > (long)sizeof buf - 1 ? off - (long)sizeof buf + 1 : 0;
-    fseek(f, off, SEEK_SET);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *end = strrchr(buf, '\n');
-    if (!end) return -1;
-    *end = 0;
-    char *line = strrchr(buf, '\n');
-    line = line ? line + 1 : buf;
-    if (line[0] < '0' || line[0] > '9') return -1; /* the header */
-    char *last = strrchr(line, ',');
-    if (sscanf(line, "%ld,%lf", step, loss) != 2 || !last) return -1;
-    *elapsed = strtod(last + 1, NULL);
-    return 0;
-}
-
-/* progress.total_steps of the child's run.json, once it is there. */
-static long total_steps(const char *dir)
-{
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/run.json", dir);
-    json_t *j = json_load_file(path, 0, NULL);
-    long total = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "total_steps"));
-    json_decref(j);
-    return total;
-}
-
-static void draw_progress(const mpx_sweep_cell *c, const char *label, long *total)
-{
-    long step;
-    double loss, elapsed;
-    if (*total <= 0) *total = total_steps(c->dir);
-    if (last_row(c->dir, &step, &loss, &elapsed) != 0) {
+    if (mpx_sweep_read_progress(c->dir, p) != 0) {
         fprintf(stderr, "\r\033[K%s  starting", label);
         return;
     }
-    double eta = *total > step + 1 ? elapsed / (double)(step + 1) * (double)(*total - step - 1) : 0;
-    fprintf(stderr, "\r\033[K%s  step %ld/%ld  loss %.4f  ETA %d:%02d", label, step + 1, *total, loss,
+    double eta = mpx_cell_progress_eta(p);
+    fprintf(stderr, "\r\033[K%s  step %ld/%ld  loss %.4f  ETA %d:%02d", label, p->step + 1, p->total, p->loss,
             (int)(eta / 60), (int)eta % 60);
 }
 
@@ -190,7 +150,7 @@ int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *con
     }
     if (spawned) return -1;
     double t0 = now_s();
-    long total = 0;
+    mpx_cell_progress prog = { 0 };
     int status = 0;
     for (;;) {
         pid_t w = waitpid(pid, &status, (tty ? WNOHANG : 0) | (during ? WUNTRACED : 0));
@@ -201,7 +161,7 @@ int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *con
             return -1;
         }
         if (tty) {
-            draw_progress(c, label, &total);
+            draw_progress(c, label, &prog);
             nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
         }
     }

@@ -69,6 +69,89 @@ mpx_rec_state mpx_sweep_read_state(const char *dir, char *why, size_t len)
     return st;
 }
 
+/* The last complete line of metrics.csv: step, loss, ..., elapsed_s (last column). */
+static int last_row(const char *dir, long *step, double *loss, double *elapsed)
+{
+    char path[PATH_MAX + 16], buf[4096];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long off = 0;
+    if (fseek(f, 0, SEEK_END) == 0) off = ftell(f);
+    off = off > (long)sizeof buf - 1 ? off - (long)sizeof buf + 1 : 0;
+    size_t n = fseek(f, off, SEEK_SET) == 0 ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, '\n');
+    if (!end) return -1;
+    *end = 0;
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    if (line[0] < '0' || line[0] > '9') return -1; /* the header */
+    char *last = strrchr(line, ',');
+    if (sscanf(line, "%ld,%lf", step, loss) != 2 || !last) return -1;
+    *elapsed = strtod(last + 1, NULL);
+    return 0;
+}
+
+int mpx_sweep_read_progress(const char *dir, mpx_cell_progress *p)
+{
+    if (p->total <= 0) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/run.json", dir);
+        json_t *j = json_load_file(path, 0, NULL);
+        p->total = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "total_steps"));
+        json_decref(j);
+    }
+    long step;
+    double loss, elapsed;
+    if (last_row(dir, &step, &loss, &elapsed) != 0) return -1;
+    p->step = step;
+    p->loss = loss;
+    p->elapsed_s = elapsed;
+    return 0;
+}
+
+double mpx_cell_progress_eta(const mpx_cell_progress *p)
+{
+    if (p->total <= p->step + 1 || !(p->elapsed_s > 0)) return 0;
+    return p->elapsed_s / (double)(p->step + 1) * (double)(p->total - p->step - 1);
+}
+
+/* "1 h 02 min", "43 min", "3 min 57 s", "12 s" */
+static void duration(double s, char *out, size_t len)
+{
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(out, len, "%ld h %02ld min", t / 3600, t / 60 % 60);
+    else if (t >= 600) snprintf(out, len, "%ld min", (t + 30) / 60);
+    else if (t >= 60) snprintf(out, len, "%ld min %ld s", t / 60, t % 60);
+    else snprintf(out, len, "%ld s", t);
+}
+
+void mpx_sweep_progress_text(const char *dir, int running, char *out, size_t len)
+{
+    mpx_cell_progress p = { 0 };
+    out[0] = 0;
+    if (mpx_sweep_read_progress(dir, &p) != 0) return;
+    char of[48] = "", in[32], left[32];
+    if (p.total > 0) snprintf(of, sizeof of, " of %ld", p.total);
+    if (!running) {
+        snprintf(out, len, "stopped at step %ld%s", p.step + 1, of);
+        return;
+    }
+    duration(p.elapsed_s, in, sizeof in);
+    if (p.total > 0 && p.step + 1 >= p.total) {
+        snprintf(out, len, "step %ld%s, loss %.4f, trained in %s; evaluating", p.step + 1, of, p.loss, in);
+        return;
+    }
+    duration(mpx_cell_progress_eta(&p), left, sizeof left);
+    if (p.total > 0)
+        snprintf(out, len, "step %ld%s (%ld %%), loss %.4f, %s in, about %s of training left", p.step + 1, of,
+                 100 * (p.step + 1) / p.total, p.loss, in, left);
+    else
+        snprintf(out, len, "step %ld, loss %.4f, %s in", p.step + 1, p.loss, in);
+}
+
 static json_t *cell_json(const mpx_sweep *sw, const mpx_sweep_cell *c)
 {
     return json_pack("{s:s, s:s, s:s, s:O}", "sweep", sw->name, "name", c->name, "id", c->id, "axes", c->axes);

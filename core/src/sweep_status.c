@@ -69,6 +69,15 @@ int mpx_sweep_slurm_todo(const mpx_sweep_cell *c, const mpx_slurm_cell *sc, int 
     return decided;
 }
 
+/* States whose cell may have trained part of the way. */
+static int progress_shown(const char *st)
+{
+    static const char *const partial[] = { "running", "killed", "stale", "preempted", "cancelled" };
+    for (size_t i = 0; i < sizeof partial / sizeof *partial; i++)
+        if (!strcmp(st, partial[i])) return 1;
+    return 0;
+}
+
 int mpx_sweep_print_status(const mpx_sweep *sw, const mpx_sweep_cell *cells, const mpx_slurm_cell *sc,
                            int n_submissions, const char *sweep_dir)
 {
@@ -85,6 +94,11 @@ int mpx_sweep_print_status(const mpx_sweep *sw, const mpx_sweep_cell *cells, con
         const char *st = mpx_sweep_cell_status(&cells[i], &sc[i], why, sizeof why);
         printf("  %-10s %-24s %s\n", st, cells[i].name, cells[i].dir);
         if (why[0]) printf("             %s\n", why);
+        if (progress_shown(st)) {   /* how far its training got, from its metrics.csv */
+            char where[256];
+            mpx_sweep_progress_text(cells[i].dir, !strcmp(st, "running"), where, sizeof where);
+            if (where[0]) printf("             %s\n", where);
+        }
         for (size_t w = 0; w < n_words; w++) if (!strcmp(st, words[w])) count[w]++;
         done += !strcmp(st, "finished") || !strcmp(st, "skipped");
     }
