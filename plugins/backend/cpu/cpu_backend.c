@@ -242,7 +242,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.4.1",
+    .version = "1.4.2",
     .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),
