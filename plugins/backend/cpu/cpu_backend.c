@@ -243,7 +243,8 @@ static const mpx_plugin_desc cpu_desc = {
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
     .version = "1.4.2",
-    .summary = "OpenBLAS sgemm and threaded C ops over fp32/fp16/bf16 storage, fp32 accumulation",
+    .summary = "AVX-512/AVX2 GEMM kernels (OpenBLAS sgemm on CPUs with neither) and threaded C ops over "
+               "fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
     .n_options = MPX_COUNT(cpu_options),
     .vtable = &cpu_vtable,
