@@ -242,7 +242,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.4.2",
+    .version = "1.4.1",
     .summary = "AVX-512/AVX2 GEMM kernels (OpenBLAS sgemm on CPUs with neither) and threaded C ops over "
                "fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,
