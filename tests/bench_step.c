@@ -242,6 +242,34 @@ static double cpu_time(void)
     return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
 }
 
+/* /proc/stat's CPU time, all cores: what the hypervisor gave to other guests ("steal",
+ * the 8th field; 0 on bare metal) and the total, in clock ticks. On a shared host the
+ * bench's times move with its neighbours' load; steal says how much. */
+typedef struct jiffies { unsigned long long steal, total; } jiffies;
+
+static int read_jiffies(jiffies *j)
+{
+    unsigned long long v[8] = { 0 };
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]);
+    fclose(f);
+    if (n < 4) return -1;
+    j->steal = n >= 8 ? v[7] : 0;
+    j->total = 0;
+    for (int i = 0; i < n; i++) j->total += v[i];
+    return 0;
+}
+
+/* Steal since `since`, in percent of all CPU time since then; NAN when unknown. */
+static double steal_pct(const jiffies *since)
+{
+    jiffies now;
+    if (read_jiffies(&now) || now.total <= since->total) return NAN;
+    return 100.0 * (double)(now.steal - since->steal) / (double)(now.total - since->total);
+}
+
 /* One case in this process: prints human lines and one "result" line for the parent. */
 static int run_case(const char *name, const char *ckpt, const char *prec, int steps,
                     const char *plugin_dir, const char *const *ovr, size_t n_ovr)
@@ -276,6 +304,8 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     int skipped = 0;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     ceiling_run(&ce, &unused_gf);   /* warm-up */
+    jiffies j0 = { 0, 0 };
+    int have_j = read_jiffies(&j0) == 0;
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
         if (i >= 0) ceil_gf[i] = ceiling_run(&ce, &ceil_op[i]);
         bench_profile_enable(i >= 0);
@@ -288,6 +318,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         bench_profile_enable(0);
     }
     ceiling_close(&ce);
+    double steal = have_j ? steal_pct(&j0) : NAN;
     double gemm_s = bench_profile_gemm_s() / steps;   /* per step, in the GEMM ops */
     double model_s = NAN;
     if (time_model(&s, &t, steps, &model_s)) {
@@ -330,6 +361,9 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            name, prec, bv->describe(s.be), s.numel, step_s, tmin, steps, loss, skipped ? " (skipped)" : "");
     printf("  of which model forward + backward %.3f s, the rest (overflow check, clip, optimizer, "
            "write-back) %.3f s; CPU time a step (all threads) median %.3f s\n", model_s, step_s - model_s, cpu_s);
+    if (!isnan(steal))
+        printf("  CPU time the hypervisor gave to other guests during these steps (steal, /proc/stat): %.1f %%%s\n",
+               steal, steal >= 5.0 ? " -- the host is shared: times here vary with its load" : "");
     double sum_s = 0;
     for (int i = 0; i < steps; i++) sum_s += times[i];
     bench_profile_print("a step's", steps, sum_s);
@@ -660,6 +694,8 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
                    int n_ovr)
 {
     char dir[] = "/tmp/mpx-bench-bert-base-XXXXXX", json[64];
+    jiffies j0 = { 0, 0 };
+    int have_j = read_jiffies(&j0) == 0;
     if (!mkdtemp(dir)) { perror("bench_step: mkdtemp"); return 1; }
     snprintf(json, sizeof json, "%s/config.json", dir);
     FILE *f = fopen(json, "w");
@@ -763,7 +799,10 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         printf("\nFMA peak (12 independent %s FMA chains in registers, no memory): %.1f GFLOP/s on 1 thread, %.1f on "
                "%d; the ceilings above (%.1f-%.1f GFLOP/s) are %.0f-%.0f %% of it\n", isa, peak1, peak, thr, clo, chi,
                100.0 * clo / peak, 100.0 * chi / peak);
-    printf("\nload average at the end %.2f (%ld cores online)\n", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
+    printf("\nload average at the end %.2f (%ld cores online)", loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
+    double steal = have_j ? steal_pct(&j0) : NAN;
+    if (!isnan(steal)) printf("; CPU time stolen by the hypervisor over the whole bench: %.1f %% (/proc/stat)", steal);
+    printf("\n");
     printf("GEMM GF = 6 x forward GEMM MACs (T x sum of linear in x out + layers x 2 x B x S^2 x hidden); "
            "blas GF, mpx GF = GFLOP/s of an fp32 GEMM %dx3072x768 (x W^T) by cblas_sgemm (OpenBLAS threads = thr, the "
            "table's kernels) and by the backend's gemm op (its linear kernel), timed before each step; the ceiling is "
