@@ -30,3 +30,4 @@ table lr --rows precision.plugin --metric metrics.diagnostics.embedding.stalled_
 table comm --rows precision.comm_dtype --metric exact_match,f1,final_loss_mean,metrics.diagnostics.ffn.stalled_frac
 table pure-bf16-seeds --rows precision.rounding --cols run.seed --metric exact_match,f1,final_loss_mean
 table main-rebuild --rows precision.plugin --metric exact_match,f1,final_loss_mean,train_seconds
+table main-rebuild-seeds --rows precision.plugin --cols run.seed --metric exact_match,f1,final_loss_mean,train_seconds

@@ -8,7 +8,7 @@
 #   MPX=/path/to/mpx bash results/bingbert-repro/run-study.sh
 #
 # One cell is about 35-60 minutes on 2 cores (MiniLM-L6, 3,049 steps of 3 windows, then
-# 2,000 dev questions); the whole study is 32 cells (eval-logits's 4 only evaluate: minutes each).
+# 2,000 dev questions); the whole study is 34 cells (eval-logits's 4 only evaluate: minutes each).
 #   ORDER="main amp" bash ...   only those parts (sweep files), in that order
 #   BEFORE_CELL='cmd'           run before every cell (e.g. rebuild MPX from a newer tree)
 set -u
@@ -17,8 +17,9 @@ MPX=${MPX:-build/bin/mpx}
 STUDY=results/bingbert-repro
 # seed 1 of the report's three modes, then what needs their weights, then the other seeds (the
 # seed-to-seed spread), then the ablations and the other policies, and last main's seed-1
-# cells again on the current build (main-rebuild: what a build alone moves)
-ORDER=${ORDER:-"main-seed1 eval-logits main islands amp pure-bf16 lr comm pure-bf16-seeds main-rebuild"}
+# cells again on the current build (main-rebuild: what a build alone moves), then bf16-master's
+# seeds 2 and 3 on it (main-rebuild-seeds: pure-bf16 against bf16-master on one build)
+ORDER=${ORDER:-"main-seed1 eval-logits main islands amp pure-bf16 lr comm pure-bf16-seeds main-rebuild main-rebuild-seeds"}
 for part in $ORDER; do
     while :; do
         [ -n "${BEFORE_CELL:-}" ] && eval "$BEFORE_CELL"
