@@ -135,6 +135,81 @@ Test(paired, matrix_paired_rows)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
+/* DIR/NAME: a run record naming its plugins (backend cpu at backend_ver, precision prec at
+ * prec_ver, the rest 1.0.0), with the fixture's question scores of `from`. */
+static void put_build(const char *dir, const char *name, const char *from, const char *backend_ver,
+                      const char *prec, const char *prec_ver)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && cp " FIX "%s/question_scores.csv %s/", path, from, path), 0);
+    json_t *j = json_pack("{s:s, s:{s:{s:{s:s, s:i}, s:{s:s}}}, s:{s:f}, s:{s:{s:s, s:s}, s:{s:s, s:s}, "
+                          "s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:s}}}",
+                          "status", "finished", "config", "effective", "run", "name", "m", "seed", 1, "precision",
+                          "plugin", prec, "metrics", "exact_match", 1.0, "plugins",
+                          "backend", "name", "cpu", "version", backend_ver, "precision", "name", prec, "version",
+                          prec_ver, "model", "name", "bert-qa", "version", "1.0.0", "optimizer", "name", "adam",
+                          "version", "1.0.0", "zero", "name", "stage0", "version", "1.0.0", "comm", "name", "local",
+                          "version", "1.0.0");
+    cr_assert_not_null(j);
+    strcat(path, "/run.json");
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+/* Runs whose records name the same plugin at other versions (the study's backend 1.0.0
+ * and 1.4.1) get a note naming it and the two runs; other plugins of a kind (fp32 against
+ * bf16-master: what the comparison is about) and folders without a record get none. */
+Test(paired, note_names_a_plugin_at_another_version)
+{
+    char *dir = ts_tmpdir("paired-builds"), out[16384], p[4][PATH_MAX];
+    put_build(dir, "old/fp32_1", "a1", "1.0.0", "fp32", "1.0.0");
+    put_build(dir, "old/bf16_1", "b1", "1.0.0", "bf16-master", "1.1.0");
+    put_build(dir, "new/bf16_1", "b2", "1.4.1", "bf16-master", "1.1.0");
+    snprintf(p[0], sizeof p[0], "%s/old/fp32_1", dir);
+    snprintf(p[1], sizeof p[1], "%s/old/bf16_1", dir);
+    snprintf(p[2], sizeof p[2], "%s/new/bf16_1", dir);
+    snprintf(p[3], sizeof p[3], FIX "a2");
+    mpx_paired_result r;
+    char err[4096], want[3 * PATH_MAX];
+    const char *a[] = { p[0] }, *same[] = { p[1] }, *other[] = { p[2] }, *bare[] = { p[3] };
+    cr_assert_eq(mpx_paired_compare(a, 1, same, 1, 100, 1, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_str_empty(r.build_note, "fp32 against bf16-master on one backend: %s", r.build_note);
+    cr_assert_eq(mpx_paired_compare(a, 1, bare, 1, 100, 1, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_str_empty(r.build_note, "a folder without run.json: %s", r.build_note);
+    cr_assert_eq(mpx_paired_compare(a, 1, other, 1, 100, 1, &r, err, sizeof err), 0, "%s", err);
+    snprintf(want, sizeof want, "backend cpu 1.0.0 in %s, cpu 1.4.1 in %s", p[0], p[2]);
+    cr_assert_str_eq(r.build_note, want);
+    /* within a group too, and on the CLI: the note after the table on stderr, the JSON flag */
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired %s %s --vs %s 2>&1", p[1], p[2], p[0]), 0, "%s", out);
+    snprintf(want, sizeof want, "mpx paired: note: the runs come from different plugin versions (backend cpu 1.0.0 "
+             "in %s, cpu 1.4.1 in %s)", p[1], p[2]);
+    const char *note = strstr(out, want), *table = strstr(out, "| exact_match |");
+    cr_assert(note && table && table < note, "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired %s --vs %s 2>&1", p[0], p[1]), 0, "%s", out);
+    cr_assert_null(strstr(out, "note"), "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired %s --vs %s --format json 2>/dev/null", p[0], p[2]), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s: %s", je.text, out);
+    cr_assert(json_is_true(json_object_get(j, "builds_differ")), "%s", out);
+    cr_assert(strstr(json_string_value(json_object_get(j, "build_note")), "cpu 1.4.1"), "%s", out);
+    json_decref(j);
+    /* mpx matrix --paired: the row's note after the whole table */
+    put_build(dir, "new/fp32_1", "a1", "1.4.1", "fp32", "1.0.0");
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s/new --rows precision.plugin --metric exact_match "
+                       "--paired fp32 2>&1", dir), 0, "%s", out);
+    cr_assert_null(strstr(out, "note"), "one build: %s", out);
+    cr_assert_eq(ts_sh(NULL, 0, "mv %s/old/bf16_1 %s/new/bf16_0", dir, dir), 0);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s/new --rows precision.plugin --metric exact_match "
+                       "--paired fp32 2>&1", dir), 0, "%s", out);
+    note = strstr(out, "mpx matrix --paired: bf16-master: note: the runs come from different plugin versions "
+                       "(backend cpu 1.4.1 in ");
+    table = strstr(out, "| bf16-master | 400 |");
+    cr_assert(note && table && table < note, "%s", out);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 /* docs/STUDY.md's tables are the output of the commands written above them, on the
  * records committed with them: regenerated from HEAD's tree they come out byte-identical
  * (docs/regen.sh --check). Skipped outside a git checkout of the tree. */

@@ -25,7 +25,8 @@ static const char matrix_usage[] =
     "  --paired ROW: then a second table, each row against the row whose --rows value is ROW\n"
     "  on the same questions (question_scores.csv; see `mpx paired`): the mean difference in\n"
     "  EM and F1 points with a 95% bootstrap interval (--resamples N, default 10000; seed 1),\n"
-    "  each row's seeds averaged per question, and the seed-to-seed sd beside it.\n"
+    "  each row's seeds averaged per question, and the seed-to-seed sd beside it; after the\n"
+    "  table, a note on stderr for each row whose runs name a plugin at other versions.\n"
     "  Exit 0, or 2 on errors.\n";
 
 /* A row or column value as the tables show it: strings without their quotes. */
@@ -64,6 +65,9 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
     fprintf(f, "| %s%s%s | questions | Δ exact_match [95%%] | Δ f1 [95%%] | runs base / row | seed sd EM base / row |\n",
             m->row_key, m->col_key ? " / " : "", m->col_key ? m->col_key : "");
     fputs("|---|---|---|---|---|---|\n", f);
+    char *note_text = NULL;   /* the build notes, printed on stderr after the table */
+    size_t note_len = 0;
+    FILE *notes = open_memstream(&note_text, &note_len);
     for (size_t c = 0; c < nc; c++) {
         size_t na;
         const char **a = finished_dirs(m, &m->cells[b * nc + c], &na);
@@ -87,11 +91,22 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
                 fprintf(f, "%zu | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] | %zu / %zu | %s / %s |\n",
                         pr.n_questions, pr.em.diff, pr.em.lo, pr.em.hi, pr.f1.diff, pr.f1.lo, pr.f1.hi, na, nb,
                         sa, sb);
+                if (pr.build_note[0] && notes) {
+                    char who[600];
+                    snprintf(who, sizeof who, "mpx matrix --paired: %s%s%s", text, m->col_key ? " / " : "",
+                             m->col_key ? col : "");
+                    mpx_paired_print_build_note(&pr, who, notes);
+                }
             }
             free(bd);
         }
         free(a);
     }
+    if (notes && !fclose(notes) && note_len) {
+        fflush(f);
+        fputs(note_text, stderr);
+    }
+    free(note_text);
     return 0;
 }
 

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "paired.h"
 
@@ -13,7 +15,8 @@ static const char paired_usage[] =
     "  averaged over its runs (e.g. seeds) question by question, then the mean of B - A (the\n"
     "  runs after --vs minus those before it) in EM and F1 points with a 95% percentile\n"
     "  bootstrap interval over questions (N resamples, default 10000; seed S, default 1), and\n"
-    "  each group's seed-to-seed sd of EM/F1 beside it. Exit 0, or 2 on errors.\n";
+    "  each group's seed-to-seed sd of EM/F1 beside it. When the runs' records (run.json) name\n"
+    "  different plugin versions, a note on stderr says which. Exit 0, or 2 on errors.\n";
 
 static void fmt(double v, char *buf, size_t n)
 {
@@ -91,10 +94,16 @@ int mpx_cmd_paired(int argc, char **argv)
         printf("{\n  \"questions\": %zu, \"runs_a\": %zu, \"runs_b\": %zu, \"resamples\": %zu, \"seed\": %llu,\n",
                r.n_questions, r.n_a, r.n_b, resamples, seed);
         json_metric("exact_match", &r.em, r.sd_em_a, r.sd_em_b, 0, stdout);
-        json_metric("f1", &r.f1, r.sd_f1_a, r.sd_f1_b, 1, stdout);
+        json_metric("f1", &r.f1, r.sd_f1_a, r.sd_f1_b, 0, stdout);
+        json_t *note = json_string(r.build_note);   /* escaped as JSON; "" when the builds agree */
+        char *nt = note ? json_dumps(note, JSON_ENCODE_ANY) : NULL;
+        printf("  \"builds_differ\": %s, \"build_note\": %s\n", r.build_note[0] ? "true" : "false", nt ? nt : "\"\"");
+        free(nt);
+        json_decref(note);
         printf("}\n");
     }
     rc = fflush(stdout) ? 2 : 0;
+    mpx_paired_print_build_note(&r, "mpx paired", stderr);
 out:
     free(a);
     free(b);

@@ -1,6 +1,7 @@
 #include "paired.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,68 @@ static int add_group(const char *const *dirs, size_t n, const char *ref_dir, con
     return 0;
 }
 
+/* A run's build, as far as its numbers go: the name and version of each plugin its record
+ * names. The core's own commit is left out: a commit that changes no plugin changes no
+ * kernel (the study's records differ in commit where their bits agree). */
+static const char *const build_kinds[] = { "backend", "model", "precision", "optimizer", "zero", "comm" };
+#define N_BUILD_KINDS (sizeof build_kinds / sizeof *build_kinds)
+typedef struct build { char v[N_BUILD_KINDS][96]; } build;
+
+/* 1 when DIR/run.json names its plugins (then *b holds them), 0 when there is no readable
+ * record: score files from `mpx squad-eval` alone have none, and are not compared. */
+static int build_read(const char *dir, build *b)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_t *rec = json_load_file(path, 0, NULL);
+    json_t *pl = json_object_get(rec, "plugins");
+    int ok = json_is_object(pl);
+    for (size_t k = 0; ok && k < N_BUILD_KINDS; k++) {
+        json_t *p = json_object_get(pl, build_kinds[k]);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        const char *ver = json_string_value(json_object_get(p, "version"));
+        snprintf(b->v[k], sizeof b->v[k], "%s %s", name ? name : "?", ver ? ver : "?");
+        if (!p) b->v[k][0] = 0;
+    }
+    json_decref(rec);
+    return ok;
+}
+
+/* out: "" when all runs with a record agree, else the first difference from the first
+ * record: a plugin of the same kind and name at another version ("backend cpu 1.0.0 in A,
+ * cpu 1.4.1 in B; ..."). */
+static void build_note(const char *const *a, size_t n_a, const char *const *b, size_t n_b, char *out, size_t len)
+{
+    out[0] = 0;
+    build ref, x;
+    const char *ref_dir = NULL;
+    for (size_t i = 0; i < n_a + n_b; i++) {
+        const char *dir = i < n_a ? a[i] : b[i - n_a];
+        if (!build_read(dir, ref_dir ? &x : &ref)) continue;
+        if (!ref_dir) { ref_dir = dir; continue; }
+        size_t used = 0;
+        for (size_t k = 0; k < N_BUILD_KINDS && used < len; k++) {
+            /* another plugin of a kind (fp32 against bf16-master) is what is compared, not a build */
+            size_t name_len = strcspn(ref.v[k], " ");
+            if (!strcmp(ref.v[k], x.v[k]) || name_len != strcspn(x.v[k], " ") || strncmp(ref.v[k], x.v[k], name_len))
+                continue;
+            int w = snprintf(out + used, len - used, "%s%s %s in %s, %s in %s", used ? "; " : "", build_kinds[k],
+                             ref.v[k][0] ? ref.v[k] : "(none)", ref_dir, x.v[k][0] ? x.v[k] : "(none)", dir);
+            used = w < 0 ? len : used + (size_t)w;
+        }
+        if (out[0]) return;
+    }
+}
+
+void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FILE *f)
+{
+    if (!r->build_note[0]) return;
+    if (f == stderr) fflush(stdout);   /* after what came before it, when both go to one file */
+    fprintf(f, "%s: note: the runs come from different plugin versions (%s); a version that changes a kernel's "
+               "summation order changes a 16-bit run's roundings as another seed would, which the interval "
+               "does not include (docs/STUDY.md, \"The build alone\")\n", who, r->build_note);
+}
+
 static int metric_of(const double *a, const double *b, size_t n, double na, double nb, size_t resamples,
                      uint64_t seed, mpx_paired_metric *m)
 {
@@ -225,6 +288,7 @@ int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, s
         snprintf(err, errlen, "bootstrap failed (out of memory?)");
         goto done;
     }
+    build_note(a, n_a, b, n_b, out->build_note, sizeof out->build_note);
     rc = 0;
 done:
     free(ea);

@@ -26,6 +26,11 @@ typedef struct mpx_paired_result {
     /* seed-to-seed spread: the sample sd of the runs' own EM / F1 within each group (NaN
      * for a group of one run), the scale a paired difference should be read against */
     double sd_em_a, sd_em_b, sd_f1_a, sd_f1_b;
+    /* "" when every run's record (DIR/run.json) names the same plugin versions, or a run has
+     * none; else which plugin versions differ and in which runs: "backend cpu 1.0.0 in DIR,
+     * 1.4.1 in DIR2". A version that changes a kernel's summation order changes a 16-bit
+     * run's roundings as another seed would (docs/STUDY.md, "The build alone"). */
+    char build_note[1024];
 } mpx_paired_result;
 
 /* The mean of v and the bootstrap interval of the mean at `level` (0.95). */
@@ -36,6 +41,9 @@ int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t see
  * order (else an error naming the file and the first differing question). */
 int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, size_t n_b,
                        size_t resamples, uint64_t seed, mpx_paired_result *out, char *err, size_t errlen);
+
+/* The sentence both commands print on stderr when r->build_note is set: "note: ..." */
+void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FILE *f);
 
 /* The result as a Markdown table (cmd_paired.c; mpx matrix --paired uses it too). */
 void mpx_paired_print_md(const mpx_paired_result *r, const char *a_label, const char *b_label, FILE *f);
