@@ -182,7 +182,7 @@ Test(paired, note_names_a_plugin_at_another_version)
     cr_assert_str_eq(r.build_note, want);
     /* within a group too, and on the CLI: the note after the table on stderr, the JSON flag */
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired %s %s --vs %s 2>&1", p[1], p[2], p[0]), 0, "%s", out);
-    snprintf(want, sizeof want, "mpx paired: note: the runs come from different plugin versions (backend cpu 1.0.0 "
+    snprintf(want, sizeof want, "mpx paired: note: the runs differ in plugin versions (backend cpu 1.0.0 "
              "in %s, cpu 1.4.1 in %s)", p[1], p[2]);
     const char *note = strstr(out, want), *table = strstr(out, "| exact_match |");
     cr_assert(note && table && table < note, "%s", out);
@@ -203,8 +203,8 @@ Test(paired, note_names_a_plugin_at_another_version)
     cr_assert_eq(ts_sh(NULL, 0, "mv %s/old/bf16_1 %s/new/bf16_0", dir, dir), 0);
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s/new --rows precision.plugin --metric exact_match "
                        "--paired fp32 2>&1", dir), 0, "%s", out);
-    note = strstr(out, "mpx matrix --paired: bf16-master: note: the runs come from different plugin versions "
-                       "(backend cpu 1.4.1 in ");
+    note = strstr(out, "mpx matrix --paired: bf16-master: note: the runs differ in plugin versions (backend cpu "
+                       "1.4.1 in ");
     table = strstr(out, "| bf16-master | 400 |");
     cr_assert(note && table && table < note, "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);

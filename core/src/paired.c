@@ -228,9 +228,9 @@ void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FI
 {
     if (!r->build_note[0]) return;
     if (f == stderr) fflush(stdout);   /* after what came before it, when both go to one file */
-    fprintf(f, "%s: note: the runs come from different plugin versions (%s); a version that changes a kernel's "
-               "summation order changes a 16-bit run's roundings as another seed would, which the interval "
-               "does not include (docs/STUDY.md, \"The build alone\")\n", who, r->build_note);
+    fprintf(f, "%s: note: the runs differ in plugin versions (%s); in 16 bits another build redraws the rounding "
+               "noise as another seed does, and the interval leaves that out (docs/STUDY.md, \"The build alone\")\n",
+            who, r->build_note);
 }
 
 static int metric_of(const double *a, const double *b, size_t n, double na, double nb, size_t resamples,
