@@ -200,7 +200,7 @@ static int build_read(const char *dir, build *b)
 
 /* out: "" when all runs with a record agree, else the first difference from the first
  * record: a plugin of the same kind and name at another version ("backend cpu 1.0.0 in A,
- * cpu 1.4.1 in B; ..."). */
+ * 1.4.1 in B; ..."). A kind one record lacks has "" there, which matches no name. */
 static void build_note(const char *const *a, size_t n_a, const char *const *b, size_t n_b, char *out, size_t len)
 {
     out[0] = 0;
@@ -217,7 +217,7 @@ static void build_note(const char *const *a, size_t n_a, const char *const *b, s
             if (!strcmp(ref.v[k], x.v[k]) || name_len != strcspn(x.v[k], " ") || strncmp(ref.v[k], x.v[k], name_len))
                 continue;
             int w = snprintf(out + used, len - used, "%s%s %s in %s, %s in %s", used ? "; " : "", build_kinds[k],
-                             ref.v[k][0] ? ref.v[k] : "(none)", ref_dir, x.v[k][0] ? x.v[k] : "(none)", dir);
+                             ref.v[k], ref_dir, x.v[k] + name_len + 1, dir);
             used = w < 0 ? len : used + (size_t)w;
         }
         if (out[0]) return;

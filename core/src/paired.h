@@ -26,10 +26,11 @@ typedef struct mpx_paired_result {
     /* seed-to-seed spread: the sample sd of the runs' own EM / F1 within each group (NaN
      * for a group of one run), the scale a paired difference should be read against */
     double sd_em_a, sd_em_b, sd_f1_a, sd_f1_b;
-    /* "" when every run's record (DIR/run.json) names the same plugin versions, or a run has
-     * none; else which plugin versions differ and in which runs: "backend cpu 1.0.0 in DIR,
-     * 1.4.1 in DIR2". A version that changes a kernel's summation order changes a 16-bit
-     * run's roundings as another seed would (docs/STUDY.md, "The build alone"). */
+    /* "" when the runs that have a record (DIR/run.json) name each plugin they share at one
+     * version; else the first plugin at two versions and two runs that have them: "backend
+     * cpu 1.0.0 in DIR, 1.4.1 in DIR2". A version that changes a kernel's summation order
+     * changes a 16-bit run's roundings as another seed would (docs/STUDY.md, "The build
+     * alone"). */
     char build_note[1024];
 } mpx_paired_result;
 
