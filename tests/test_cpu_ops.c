@@ -414,6 +414,7 @@ static const gemm_case linear_cases[] = {
     { 0, 0, 13, 200, 64, 1, 0, 0.5f, 0.25f },      /* alpha and beta both not 1 */
     { 1, 1, 29, 31, 900, 1, 1, 0.125f, 0.0f },     /* both transposed, scaled, K cut */
     { 0, 1, 5, 2, 9, 1, 0, 1.0f, 0.0f },           /* smaller than one tile (the QA head's shape) */
+    { 0, 1, 600, 40, 200, 1, 0, 1.0f, 0.0f },      /* M in more pieces than threads, taken as threads come free */
     { 0, 0, 96, 96, 2, 1, 0, 1.0f, 0.0f },         /* K = 2 */
     { 0, 1, 130, 80, 70, 2, 1, 1.0f, 0.5f },       /* batched, not an attention shape (K, N > 64) */
 };

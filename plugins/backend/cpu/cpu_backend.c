@@ -59,6 +59,7 @@ static void cpu_destroy(void *vbe)
     for (int i = 0; be->lin_ws && i <= be->threads; i++) free(be->lin_ws[i]);
     free(be->lin_ws);
     free(be->lin_ws_bytes);
+    free((void *)be->lin_taken);
     for (int i = 0; be->scr && i < be->threads; i++) free(be->scr[i]);
     free(be->scr);
     free(be->scr_bytes);
@@ -99,10 +100,11 @@ static int cpu_create(mpx_env *env, void **out)
     if (!strcmp(lin, "mpx-avx2") && be->linear_gemm > 1) be->linear_gemm = 1;
     be->lin_ws = calloc((size_t)be->threads + 1, sizeof *be->lin_ws);
     be->lin_ws_bytes = calloc((size_t)be->threads + 1, sizeof *be->lin_ws_bytes);
+    be->lin_taken = calloc((size_t)be->threads, sizeof *be->lin_taken);
     be->scr = calloc((size_t)be->threads, sizeof *be->scr);
     be->scr_bytes = calloc((size_t)be->threads, sizeof *be->scr_bytes);
     be->scr_taken = calloc((size_t)be->threads, sizeof *be->scr_taken);
-    if (!be->lin_ws || !be->lin_ws_bytes || !be->scr || !be->scr_bytes || !be->scr_taken) {
+    if (!be->lin_ws || !be->lin_ws_bytes || !be->lin_taken || !be->scr || !be->scr_bytes || !be->scr_taken) {
         (void)MPX_FAIL(env, "out of memory creating the cpu backend");
         cpu_destroy(be);
         return MPX_ERR_NOMEM;

@@ -13,14 +13,16 @@
  * Layout (row-major C, vectors along N): op(A) is packed into panels of MR rows (for each
  * l, MR consecutive values, the rows past M zero), op(B) into panels of NR columns (for
  * each l, NR consecutive values, the columns past N zero). All of op(B) is packed first,
- * by every thread together, into one buffer the pieces share. Then C is cut into one
- * piece per thread, along M (along N when M has fewer row tiles than there are threads),
- * and each piece runs, outermost first: K blocks (KC) -> pack the piece's rows of A ->
+ * by every thread together, into one buffer the pieces share. Then C is cut into pieces,
+ * up to LIN_PIECES_PER_THREAD a thread, along M (along N when M has fewer row tiles than
+ * there are threads), which the threads take as they come free, each into the A buffer of
+ * the slot it holds; each piece runs, outermost first: K blocks (KC) -> pack the piece's rows of A ->
  * column blocks (NC: KC x NC of packed B, kept in L2) -> MR-row panels (one A panel,
  * MR x KC, kept in L1) -> NR-column panels -> the MR x NR tile in registers. */
 #include "cpu_internal.h"
 #include "cpu_simd.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +32,17 @@
 #endif
 #ifndef LIN_B_BLOCK_FLOATS
 #define LIN_B_BLOCK_FLOATS (256 * 1024)
+#endif
+/* Pieces of C per thread: the pool hands them out as threads come free, so a thread
+ * slowed down (another process, a hypervisor's other guest, a late wake-up) leaves its
+ * share to the others instead of holding the call until it is done. A piece keeps at
+ * least LIN_MIN_PIECE_TILES row (or column) tiles: each piece reads all of the packed B
+ * once per K block, and thinner pieces would make that the bound. */
+#ifndef LIN_PIECES_PER_THREAD
+#define LIN_PIECES_PER_THREAD 8
+#endif
+#ifndef LIN_MIN_PIECE_TILES
+#define LIN_MIN_PIECE_TILES 4
 #endif
 
 enum { LIN_FIRST = 1, LIN_LAST = 2 };
@@ -376,17 +389,23 @@ static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
 typedef struct lin_job {
     const lin *g;
     int by_rows, per, dim;   /* pieces of `per` rows (or columns) along dim */
-    void **bufs;
+    void **bufs;             /* one A buffer per slot */
+    _Atomic int *taken;      /* slot i's buffer is in use (NULL: one slot, no pool) */
+    int slots;
 } lin_job;
 
 static void lin_pieces(void *vj, size_t begin, size_t end)
 {
     const lin_job *j = vj;
+    int slot = 0;
+    if (j->taken)   /* at most `slots` callers at once (the pool's threads): one is free */
+        while (atomic_exchange(&j->taken[slot], 1)) slot = (slot + 1) % j->slots;
     for (size_t p = begin; p < end; p++) {
         int lo = (int)p * j->per, hi = lo + j->per < j->dim ? lo + j->per : j->dim;
-        if (j->by_rows) lin_piece(j->g, lo, hi, 0, j->g->n, j->bufs[p]);
-        else lin_piece(j->g, 0, j->g->m, lo, hi, j->bufs[p]);
+        if (j->by_rows) lin_piece(j->g, lo, hi, 0, j->g->n, j->bufs[slot]);
+        else lin_piece(j->g, 0, j->g->m, lo, hi, j->bufs[slot]);
     }
+    if (j->taken) atomic_store(&j->taken[slot], 0);
 }
 
 /* Buffer `slot` of the backend's linear-GEMM buffers of at least `floats`, 64-byte aligned. */
@@ -424,16 +443,20 @@ int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, in
      * M has fewer row tiles than there are threads */
     int threads = pool ? be->threads : 1, mt = (g->m + s.isa.mr - 1) / s.isa.mr, nt = s.np / s.isa.nr;
     int by_rows = mt >= threads || mt >= nt, dim = by_rows ? g->m : g->n, unit = by_rows ? s.isa.mr : s.isa.nr;
-    int units = by_rows ? mt : nt, pieces = threads < units ? threads : units;
+    int units = by_rows ? mt : nt, most = units / LIN_MIN_PIECE_TILES > threads ? units / LIN_MIN_PIECE_TILES : threads;
+    int want = threads > 1 ? LIN_PIECES_PER_THREAD * threads : 1;
+    int pieces = want < most ? want : most;
+    if (pieces > units) pieces = units;
     int per = (units + pieces - 1) / pieces * unit;
     pieces = (dim + per - 1) / per;
+    int slots = pieces < threads ? pieces : threads;   /* pieces running at once */
     size_t need = piece_floats(&s, by_rows ? per : g->m), bfloats = (size_t)nk * (size_t)s.kc * (size_t)s.np;
     void *local = NULL, *one[1];
     void **bufs = one;
     if (pool) {
-        /* the backend's buffers, grown here on the calling thread: one per piece, then B
+        /* the backend's buffers, grown here on the calling thread: one per thread, then B
          * (without a pool the caller may be one of several threads: buffers of its own) */
-        for (int p = 0; p < pieces; p++)
+        for (int p = 0; p < slots; p++)
             if (!lin_buf(be, p, need)) return -1;
         if (!(s.bpack = lin_buf(be, be->threads, bfloats))) return -1;
         bufs = be->lin_ws;
@@ -446,9 +469,13 @@ int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, in
     size_t panels = (size_t)nk * (size_t)(s.np / s.isa.nr);
     if (pool && threads > 1 && panels > 1) cpu_pool_run(pool, panels, (panels + 4 * (size_t)threads - 1) / (4 * (size_t)threads), pack_b_panels, &s);
     else pack_b_panels(&s, 0, panels);
-    lin_job job = { &s, by_rows, per, dim, bufs };
-    if (pieces > 1) cpu_pool_run(pool, (size_t)pieces, 1, lin_pieces, &job);
-    else lin_pieces(&job, 0, 1);
+    lin_job job = { &s, by_rows, per, dim, bufs, NULL, 1 };
+    if (pieces > 1) {
+        for (int i = 0; i < slots; i++) atomic_store(&be->lin_taken[i], 0);
+        job.taken = be->lin_taken;
+        job.slots = slots;
+        cpu_pool_run_pieces(pool, (size_t)pieces, 1, lin_pieces, &job);
+    } else lin_pieces(&job, 0, 1);
     free(local);
     return 0;
 }

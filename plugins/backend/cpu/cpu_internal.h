@@ -56,8 +56,9 @@ typedef struct cpu_be {
     int fp8_acc;           /* option fp8_accumulate: CPU_FP8_ACC_* */
     int small_gemm;        /* option attention_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
     int linear_gemm;       /* option linear_gemm: 0 = OpenBLAS, else cpu_small_gemm_level() */
-    void **lin_ws;         /* the linear GEMM's packing buffers: one per piece (threads), then */
+    void **lin_ws;         /* the linear GEMM's packing buffers: one per pool thread, then */
     size_t *lin_ws_bytes;  /* the packed B shared by the pieces (threads + 1 entries each) */
+    _Atomic int *lin_taken;   /* whether a pool thread holds lin_ws[i] (threads entries) */
     void **scr;            /* per-thread scratch (cpu_scratch_take): `threads` buffers, */
     size_t *scr_bytes;     /* their sizes and whether one is taken */
     _Atomic int *scr_taken;
