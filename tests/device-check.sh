@@ -10,7 +10,10 @@
 # What it needs on the device machine: the packages .ci/run installs and the CUDA
 # toolkit at /usr/local/cuda; the tiny-BERT suite reads datasets/data (SQuAD, ignored by
 # git, 35 MB): carry it with the working tree. No registry is reached: the timing uses
-# random weights, no checkpoint.
+# random weights, no checkpoint. A device machine without those packages (this
+# workplace's) takes tests/device-pack.sh's pack instead: MPX_DEVICE_PREBUILT=1 skips the
+# build and finds the libraries in .devcarry/lib. Each suite's whole output goes to
+# build/device-check-logs/ (and $OUT/suite-logs.tar.gz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -18,15 +21,22 @@ dest=results/anchors
 mkdir -p "$dest" build
 say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - t0 )) "$*"; }
 finish() {
-    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$OUT"/ 2>/dev/null || true; fi
+    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$OUT"/ 2>/dev/null || true
+        # each suite's whole Criterion output, for a failure's assertion text
+        [ -d build/device-check-logs ] && tar -C build -czf "$OUT"/suite-logs.tar.gz device-check-logs
+    fi
     say "done (exit $1)"
     exit "$1"
 }
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 jobs=$(nproc 2>/dev/null || echo 2)
-say "build (-j$jobs; nvcc runs one file at a time)"
-if ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+if [ "${MPX_DEVICE_PREBUILT:-0}" = 1 ]; then
+    # built elsewhere and unpacked from tests/device-pack.sh's pack: no make here
+    export LD_LIBRARY_PATH="$PWD/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    say "prebuilt: $(cat build/git-commit.txt 2>/dev/null || echo '?'); no build"
+elif say "build (-j$jobs; nvcc runs one file at a time)"; ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
         build/bench/bench_cuda_step >build/device-check-build.log 2>&1; then
     tail -30 build/device-check-build.log
     say "build failed (log: build/device-check-build.log)"
@@ -35,7 +45,7 @@ fi
 [ -f build/plugins/backend-cuda.so ] || { say "no nvcc: backend-cuda.so was not built"; finish 1; }
 
 say "CUDA suites"
-timeout 300 bash tests/run-tests.sh build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+RUN_TESTS_LOGDIR=build/device-check-logs timeout 300 bash tests/run-tests.sh build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
     2>&1 | tee "$dest/cuda_tests.txt"
 rc=${PIPESTATUS[0]}
 if grep -q '\[SKIP\]' "$dest/cuda_tests.txt"; then say "a CUDA suite skipped on the device machine: that is a failure here"; rc=1; fi

@@ -3,7 +3,8 @@
 # prints one closing line over all of them. A suite that fails does not stop the rest.
 # A skipped test (cr_skip_test: a missing device, package or file) is counted and its
 # reason printed, so a skip is never silent (Criterion reports skips only with --verbose).
-# RUN_TESTS_JOBS: Criterion workers per suite (default 2).
+# RUN_TESTS_JOBS: Criterion workers per suite (default 2). RUN_TESTS_LOGDIR: a folder
+# for each suite's whole output (NAME.log).
 set -u
 passed=0; failed=0; skipped=0; failed_suites=()
 start=$(date +%s)
@@ -11,6 +12,7 @@ for t in "$@"; do
     name=$(basename "$t")
     t0=$(date +%s)
     out=$("$t" --jobs "${RUN_TESTS_JOBS:-2}" --verbose 2>&1); rc=$?
+    if [ -n "${RUN_TESTS_LOGDIR:-}" ]; then mkdir -p "$RUN_TESTS_LOGDIR" && printf '%s\n' "$out" >"$RUN_TESTS_LOGDIR/$name.log"; fi
     t1=$(date +%s)
     synth=$(printf '%s\n' "$out" | grep -E '^\[====\] Synthesis' | tail -1)
     p=$(printf '%s' "$synth" | sed -nE 's/.*Passing: ([0-9]+).*/\1/p')

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# For a device machine that reaches no package registry (this workplace's: the CUDA
+# toolkit and a newer glibc, but none of .ci/run's packages): build here, then pack into
+# .devcarry/pack.tar.xz (ignored by git) what `make device-check` needs there —
+#   build/                the binaries and plugins built here (x86-64, glibc 2.36)
+#   .devcarry/lib/        the shared libraries they link that are not glibc's, the
+#                         compiler's or CUDA's (Criterion and its needs, libconfig,
+#                         jansson, utf8proc, OpenBLAS, OpenMPI's libraries)
+#   datasets/data/        a cut of SQuAD (the first 3 train and 2 dev articles): enough
+#                         for configs/tiny_squad.cfg (24 train, 8 dev questions), which
+#                         is all the tiny-BERT suite reads
+# On the device machine, carrying .devcarry with the working tree:
+#   tar xJf .devcarry/pack.tar.xz && MPX_DEVICE_PREBUILT=1 bash tests/device-check.sh
+# (device-check.sh then skips the build and puts .devcarry/lib on LD_LIBRARY_PATH).
+# The CUDA libraries (cudart, cuBLAS) are the device machine's own: the build here links
+# them by soname (13) with an rpath to /usr/local/cuda/lib64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -j"$(nproc)" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+    build/bench/bench_cuda_step >/dev/null
+[ -f build/plugins/backend-cuda.so ] || { echo "device-pack: no nvcc here, backend-cuda.so was not built" >&2; exit 1; }
+[ -f datasets/data/train-v1.1.json ] || make data
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/.devcarry/lib" "$stage/datasets/data"
+cp -a build "$stage/"
+rm -rf "$stage/build/obj" "$stage/build/lib"
+# every non-system library the built programs and plugins link, resolved through links
+for f in build/bin/* build/plugins/*.so build/tests/test_cuda_* build/bench/bench_cuda_step; do
+    ldd "$f" 2>/dev/null | awk '$3 ~ /^\// { print $3 }'
+done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libmvec|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
+    grep -v '^/usr/local/cuda' | while read -r lib; do cp -L "$lib" "$stage/.devcarry/lib/$(basename "$lib")"; done
+python3 - "$stage/datasets/data" <<'EOF'
+import json, sys
+for name, articles in (("train", 3), ("dev", 2)):
+    with open(f"datasets/data/{name}-v1.1.json") as f:
+        d = json.load(f)
+    d["data"] = d["data"][:articles]
+    with open(f"{sys.argv[1]}/{name}-v1.1.json", "w") as f:
+        json.dump(d, f)
+EOF
+mkdir -p .devcarry
+tar -C "$stage" -cJf .devcarry/pack.tar.xz build .devcarry/lib datasets/data
+echo "device-pack: .devcarry/pack.tar.xz, $(du -h .devcarry/pack.tar.xz | cut -f1) ($(ls "$stage/.devcarry/lib" | wc -l) libraries)"
