@@ -3,8 +3,10 @@
 # on an H200): build (nvcc for sm_90 + PTX), run the CUDA suites — on a device a skip is
 # a failure — and time one training step per precision policy for a MiniLM-sized and a
 # bert-base-sized BERT (random weights) against the cuBLAS GEMM ceiling measured in the
-# same run (tests/bench_cuda_step.c). Figures go to results/anchors/ (cuda_step.md,
-# cuda_step.json, cuda_tests.txt) and, when $OUT is set (the device machine's return
+# same run (tests/bench_cuda_step.c), and runs compute-sanitizer's memcheck over the
+# suites and a tiny-BERT run per policy. Figures go to results/anchors/ (cuda_step.md,
+# cuda_step.json, cuda_tests.txt, cuda_errors.tsv: each compared output's error against
+# its bound; cuda_memcheck.txt) and, when $OUT is set (the device machine's return
 # folder), to $OUT as well.
 #
 # What it needs on the device machine: the packages .ci/run installs and the CUDA
@@ -22,7 +24,7 @@ mkdir -p "$dest" build
 say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - t0 )) "$*"; }
 finish() {
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$OUT"/ 2>/dev/null || true
+        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$dest"/cuda_errors.tsv "$dest"/cuda_memcheck.txt "$OUT"/ 2>/dev/null || true
         # each suite's whole Criterion output, for a failure's assertion text
         [ -d build/device-check-logs ] && tar -C build -czf "$OUT"/suite-logs.tar.gz device-check-logs
     fi
@@ -45,10 +47,37 @@ fi
 [ -f build/plugins/backend-cuda.so ] || { say "no nvcc: backend-cuda.so was not built"; finish 1; }
 
 say "CUDA suites"
-RUN_TESTS_LOGDIR=build/device-check-logs timeout 300 bash tests/run-tests.sh build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+rm -f "$dest/cuda_errors.tsv"
+MPX_TEST_ERRLOG="$PWD/$dest/cuda_errors.tsv" RUN_TESTS_LOGDIR=build/device-check-logs timeout 300 bash tests/run-tests.sh build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
     2>&1 | tee "$dest/cuda_tests.txt"
 rc=${PIPESTATUS[0]}
 if grep -q '\[SKIP\]' "$dest/cuda_tests.txt"; then say "a CUDA suite skipped on the device machine: that is a failure here"; rc=1; fi
+
+# the measured margins: each compared output's error against its bound, worst first
+[ -f "$dest/cuda_errors.tsv" ] && sort -t$'\t' -k1,1gr -o "$dest/cuda_errors.tsv" "$dest/cuda_errors.tsv"
+
+# compute-sanitizer's memcheck (out-of-bounds and misaligned accesses, API errors) over
+# the op and optimizer suites and a 2-step tiny-BERT run per policy on the cuda backend
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$cs" ]; then
+    say "memcheck"
+    : >"$dest/cuda_memcheck.txt"
+    for t in build/tests/test_cuda_ops build/tests/test_cuda_optim; do
+        timeout 200 "$cs" --tool memcheck --target-processes all --error-exitcode 9 "$t" --jobs 1 \
+            >>"$dest/cuda_memcheck.txt" 2>&1
+        m=$?; echo "memcheck $(basename "$t"): exit $m" | tee -a "$dest/cuda_memcheck.txt"; [ $m -eq 0 ] || rc=1
+    done
+    for pol in fp32 amp fp16-scaled bf16-master pure-bf16; do
+        d=$(mktemp -d)
+        timeout 120 "$cs" --tool memcheck --error-exitcode 9 build/bin/mpx run configs/tiny_squad.cfg \
+            -s train.max_steps=2 -s "precision.plugin=\"$pol\"" -s 'backend.plugin="cuda"' --out "$d/run" \
+            >>"$dest/cuda_memcheck.txt" 2>&1
+        m=$?; echo "memcheck tiny-BERT $pol: exit $m" | tee -a "$dest/cuda_memcheck.txt"; [ $m -eq 0 ] || rc=1
+        rm -rf "$d"
+    done
+else
+    say "no compute-sanitizer: memcheck not run"
+fi
 
 say "step timing"
 timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" || rc=1

@@ -66,6 +66,9 @@ static void run_policy(const char *policy, double tol)
     }
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss);
+        char what[96];
+        snprintf(what, sizeof what, "tiny-BERT %s step %d loss (relative)", policy, i);
+        errlog(what, rel, tol);
         cr_expect(rel <= tol, "%s step %d: loss cpu %.9g cuda %.9g (relative %.3g > %.3g)", policy, i, r[0][i].loss,
                   r[1][i].loss, rel, tol);
         cr_expect_eq(r[1][i].skipped, r[0][i].skipped, "%s step %d: skipped", policy, i);

@@ -41,6 +41,9 @@ double *pb_fetch(cuda_pair *p, const pbuf *b);
 double pb_nmse(cuda_pair *p, const pbuf *b);
 /* The bound for an output of dtype t: 1e-9 fp32, 1e-6 fp16, 1e-5 bf16. */
 double nmse_bound(mpx_dtype t);
+/* With MPX_TEST_ERRLOG=FILE set, appends "error<TAB>bound<TAB>what" to FILE: the measured
+ * margins under each bound, for the device check's record. */
+void errlog(const char *what, double e, double bound);
 /* Asserts pb_nmse <= nmse_bound(dtype), naming the op; returns the error. */
 double expect_close(cuda_pair *p, const pbuf *b, const char *what);
 /* Asserts the two sides' bytes are identical, naming the first differing element. */

@@ -145,6 +145,7 @@ static void run_gemm(cuda_pair *p, const gcase *c, mpx_dtype da, mpx_dtype db, m
              mpx_dtype_name(dc), mpx_dtype_name(comp));
     /* the error of a dot product over k grows with k; the bound is per output dtype */
     double e = pb_nmse(p, &C_), bound = dc == MPX_F32 && comp == MPX_F32 ? 1e-9 : nmse_bound(dc == MPX_F32 ? comp : dc);
+    errlog(what, e, bound);
     cr_expect(e <= bound, "%s: normalised error %.3g > %.3g", what, e, bound);
     pb_free(p, &A_);
     pb_free(p, &B_);

@@ -73,6 +73,7 @@ static void run_case(const ocase *oc)
         for (int i = 0; i < n_state; i++) expect_bits(&p, &state[i], what);
     } else {
         double e = pb_nmse(&p, &param);
+        errlog(what, e, 1e-12);
         cr_expect(e <= 1e-12, "%s: params' normalised error %.3g > 1e-12", what, e);
         for (int i = 0; i < n_state; i++) expect_bits(&p, &state[i], what);   /* moments do not see the ratio */
     }
