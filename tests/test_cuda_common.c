@@ -24,6 +24,11 @@ void cuda_pair_open(cuda_pair *p, const char *cuda_options)
     for (int s = 0; s < 2; s++) p->side[s].env = th_env(NULL, NULL, NULL);
     cr_assert_eq(th_use_cpu_backend(p->side[0].env, "threads = 1;"), 0, "%s", th_error(p->side[0].env));
     if (self_check) cuda_options = "threads = 2;";
+    /* MPX_TEST_CUDA_OPTIONS replaces the cuda side's options: with "tf32 = true;" the fp32
+     * GEMM cases must fail (TF32's 10-bit products are far outside the fp32 bound), a
+     * check on the device that the bound tells fp32 from TF32. */
+    const char *forced = getenv("MPX_TEST_CUDA_OPTIONS");
+    if (!self_check && forced && *forced) cuda_options = forced;
     if (th_use_backend(p->side[1].env, so, cuda_options ? cuda_options : "device = -1; tf32 = false;")) {
         const char *why = th_error(p->side[1].env);
         const char *no_dev = strstr(why, "no CUDA device");
