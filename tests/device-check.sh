@@ -6,7 +6,8 @@
 # same run (tests/bench_cuda_step.c), and runs compute-sanitizer's memcheck over the
 # suites and a tiny-BERT run per policy. Figures go to results/anchors/ (cuda_step.md,
 # cuda_step.json, cuda_tests.txt, cuda_errors.tsv: each compared output's error against
-# its bound; cuda_memcheck.txt) and, when $OUT is set (the device machine's return
+# its bound; cuda_tf32_check.txt: the fp32 GEMM cases failing with TF32 allowed, as they
+# must; cuda_memcheck.txt) and, when $OUT is set (the device machine's return
 # folder), to $OUT as well.
 #
 # What it needs on the device machine: the packages .ci/run installs and the CUDA
@@ -24,7 +25,8 @@ mkdir -p "$dest" build
 say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - t0 )) "$*"; }
 finish() {
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$dest"/cuda_errors.tsv "$dest"/cuda_memcheck.txt "$OUT"/ 2>/dev/null || true
+        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$dest"/cuda_errors.tsv "$dest"/cuda_memcheck.txt \
+            "$dest"/cuda_tf32_check.txt "$OUT"/ 2>/dev/null || true
         # each suite's whole Criterion output, for a failure's assertion text
         [ -d build/device-check-logs ] && tar -C build -czf "$OUT"/suite-logs.tar.gz device-check-logs
     fi
@@ -55,6 +57,17 @@ if grep -q '\[SKIP\]' "$dest/cuda_tests.txt"; then say "a CUDA suite skipped on 
 
 # the measured margins: each compared output's error against its bound, worst first
 [ -f "$dest/cuda_errors.tsv" ] && sort -t$'\t' -k1,1gr -o "$dest/cuda_errors.tsv" "$dest/cuda_errors.tsv"
+
+# the fp32 bound has teeth: with TF32 allowed, cuBLAS's fp32 GEMMs round their inputs to
+# 10 bits and every fp32 GEMM case must fail (the rest of the suite passes)
+say "TF32 check (the fp32 GEMM cases must fail)"
+MPX_TEST_CUDA_OPTIONS="device = -1; tf32 = true;" build/tests/test_cuda_ops --filter 'cuda_gemm/*' --verbose \
+    >build/device-check-logs/tf32.log 2>&1
+n32=$(grep -c 'fp32 x fp32 -> fp32, compute fp32: normalised error' build/device-check-logs/tf32.log)
+nother=$(grep 'normalised error' build/device-check-logs/tf32.log | grep -vc 'fp32 x fp32 -> fp32, compute fp32')
+echo "with tf32 = true: $n32 fp32 GEMM cases over the bound, $nother others" | tee "$dest/cuda_tf32_check.txt"
+grep 'normalised error' build/device-check-logs/tf32.log | sed 's/^\[----\] *//' >>"$dest/cuda_tf32_check.txt"
+[ "$n32" -gt 0 ] && [ "$nother" -eq 0 ] || { say "the TF32 check did not fail as it must"; rc=1; }
 
 # compute-sanitizer's memcheck (out-of-bounds and misaligned accesses, API errors) over
 # the op and optimizer suites and a 2-step tiny-BERT run per policy on the cuda backend
