@@ -9,10 +9,12 @@
  * GEMM FLOPs of a step = 6 x forward MACs (as tests/bench_step.c): T x sum(in x out of
  * the linear weights) + layers x 2 x B x S^2 x hidden, T = B x S.
  *
- *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME]   (from the repository root)
- * prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
+ *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]
+ * (from the repository root) prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
  * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
- * without a ceiling: a check of this program on a machine without a GPU. */
+ * without a ceiling: a check of this program on a machine without a GPU. --profile adds,
+ * for fp32 and bf16-master, where a step's time goes by op class (tests/bench_profile.h),
+ * each op timed between two device synchronisations. */
 #define _GNU_SOURCE
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -26,6 +28,7 @@
 
 #include "../core/src/session.h"
 #include "../core/src/train.h"
+#include "bench_profile.h"
 #include "bench_util.h"
 
 #define SEQ 384
@@ -164,7 +167,11 @@ static int write_cfg(const char *path, const char *ckpt, const char *prec, int b
     return fclose(f);
 }
 
-static void run_case(result *r, const char *ckpt, int batch, int steps)
+static void device_sync(void) { cudaDeviceSynchronize(); }
+
+/* profile: after the timed steps, 3 more with every op timed between two device
+ * synchronisations (bench_profile.h), and the per-class table printed. */
+static void run_case(result *r, const char *ckpt, int batch, int steps, int profile)
 {
     char cfg[128], err[8192] = "";
     snprintf(cfg, sizeof cfg, "/tmp/mpx-bench-cuda-%d.cfg", (int)getpid());
@@ -175,8 +182,13 @@ static void run_case(result *r, const char *ckpt, int batch, int steps)
     static synth d;
     if (mpx_session_open(&s, dirs, 1)) { snprintf(r->err, sizeof r->err, "cannot scan build/plugins"); return; }
     if (mpx_session_configure(&s, cfg, NULL, 0, err, sizeof err) || mpx_session_check_compat(&s, err, sizeof err) ||
-        mpx_session_start(&s, err, sizeof err) || mpx_session_alloc_state(&s, batch, SEQ, err, sizeof err))
+        mpx_session_start(&s, err, sizeof err))
         goto out;
+    if (profile) {
+        bench_profile_install(&s);
+        bench_profile_set_sync(!strcmp(backend_name, "cuda") ? device_sync : NULL);
+    }
+    if (mpx_session_alloc_state(&s, batch, SEQ, err, sizeof err)) goto out;
     int vocab = 0;
     r->flop = step_gemm_flop(&s, batch, &vocab);
     r->numel = s.numel;
@@ -197,6 +209,23 @@ static void run_case(result *r, const char *ckpt, int batch, int steps)
         if (i >= 0) times[i] = now() - t0;
     }
     r->step_s = median(times, steps);
+    if (profile) {
+        bench_profile_reset();
+        bench_profile_enable(1);
+        double t0 = now();
+        for (int i = 0; i < 3; i++)
+            if (mpx_train_one_step(&s, &t, steps + 2 + i, 1e-4, 1.0, NULL, &r->loss, &skipped, err, sizeof err)) {
+                bench_profile_enable(0);
+                goto out;
+            }
+        if (on_cuda) cudaDeviceSynchronize();
+        double total = now() - t0;
+        bench_profile_enable(0);
+        printf("\n%s %s, batch %d x %d (every op between two device synchronisations: %.4f s a step against %.4f "
+               "unprofiled)\n", r->model, r->prec, batch, SEQ, total / 3, r->step_s);
+        bench_profile_print("a step's", 3, total);
+        fflush(stdout);
+    }
     for (int k = 0; k < MPX_ROLE_SCRATCH; k++) r->persistent += s.peak[k];
     r->ok = 1;
 out:
@@ -226,14 +255,15 @@ static int model_dir(char *dir, const char *json)
 
 int main(int argc, char **argv)
 {
-    int steps = 10, batch = 32;
+    int steps = 10, batch = 32, profile = 0;
     const char *out_dir = "results/anchors";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
-        else { fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME]\n"); return 2; }
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
+        else { fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]\n"); return 2; }
     }
     if (steps < 1 || steps > MAX_STEPS || batch < 1 || batch > MAX_BATCH) { fprintf(stderr, "bench_cuda_step: bad --steps/--batch\n"); return 2; }
     int count = 0, on_cuda = !strcmp(backend_name, "cuda");
@@ -241,7 +271,10 @@ int main(int argc, char **argv)
     memset(&prop, 0, sizeof prop);
     snprintf(prop.name, sizeof prop.name, "%s", backend_name);
     if (on_cuda) {
-        if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { fprintf(stderr, "bench_cuda_step: no CUDA device\n"); return 1; }
+        if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+            fprintf(stderr, "bench_cuda_step: no CUDA device: skipped\n");
+            return 77;   /* tests/run-bench.sh: skipped, not failed (device-check.sh: a failure) */
+        }
         cudaGetDeviceProperties(&prop, 0);
     }
     char mini[] = "/tmp/mpx-cuda-minilm-XXXXXX", base[] = "/tmp/mpx-cuda-bert-base-XXXXXX";
@@ -265,7 +298,8 @@ int main(int argc, char **argv)
             r->prec = P[p].prec;
             r->gemm = P[p].gemm;
             r->ceiling = !strcmp(P[p].gemm, "fp32") ? ceil32 : !strcmp(P[p].gemm, "fp16") ? ceil16 : ceilbf;
-            run_case(r, M[m].dir, batch, steps);
+            /* the profile: fp32 and bf16-master, where the 16-bit step's time goes */
+            run_case(r, M[m].dir, batch, steps, profile && (p == 0 || p == 3));
             if (!r->ok) { fprintf(stderr, "bench_cuda_step: %s %s: %s\n", r->model, r->prec, r->err); rc = 1; }
             else fprintf(stderr, "  %s %s: %.4f s/step\n", r->model, r->prec, r->step_s);
         }

@@ -41,6 +41,7 @@ static mpx_ops wrapped;
 static mpx_plugin_rec opt_rec;    /* the optimizer's record with step wrapped */
 static int (*real_step)(void *self, mpx_env *env, const mpx_opt_step *st);
 static int enabled;
+static void (*sync_fn)(void);
 static _Thread_local int depth;
 static pthread_mutex_t sum_mu = PTHREAD_MUTEX_INITIALIZER;
 static double sum_s[N_CLASSES];
@@ -53,8 +54,10 @@ static long calls[N_CLASSES];
     do {                                                       \
         if (!enabled || depth) return call;                    \
         depth++;                                               \
+        if (sync_fn) sync_fn();                                \
         double t0_ = now();                                    \
         int rc_ = call;                                        \
+        if (sync_fn) sync_fn();                                \
         double dt_ = now() - t0_;                              \
         pthread_mutex_lock(&sum_mu);                           \
         sum_s[c] += dt_;                                       \
@@ -108,8 +111,10 @@ static void add_shape(const mpx_gemm *g, double dt)
 static int w_gemm(void *be, const mpx_gemm *g)
 {
     if (!enabled || depth || g->batch > 1) TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g));
+    if (sync_fn) sync_fn();
     double t0 = now();
     int rc = real->gemm(be, g);
+    if (sync_fn) sync_fn();
     double dt = now() - t0;
     pthread_mutex_lock(&sum_mu);
     sum_s[C_GEMM] += dt;
@@ -257,6 +262,8 @@ int bench_profile_install(mpx_session *s)
     o->rec = &opt_rec;
     return 0;
 }
+
+void bench_profile_set_sync(void (*fn)(void)) { sync_fn = fn; }
 
 void bench_profile_enable(int on) { enabled = on; }
 

@@ -13,6 +13,10 @@
 /* Call after mpx_session_start and before mpx_session_alloc_state (the model binds
  * there and keeps the table it is given). Returns 0. */
 int bench_profile_install(mpx_session *s);
+/* A backend whose ops return before their work is done (cuda: kernels queued on a
+ * stream) is timed with fn (a device synchronisation) called before and after each timed
+ * call, so each op's time is its own work and launch; NULL (the default) calls nothing. */
+void bench_profile_set_sync(void (*fn)(void));
 /* Start (1) or stop (0) accumulating; bench_profile_reset() zeroes the sums. */
 void bench_profile_enable(int on);
 void bench_profile_reset(void);

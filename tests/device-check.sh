@@ -7,8 +7,9 @@
 # suites and a tiny-BERT run per policy. Figures go to results/anchors/ (cuda_step.md,
 # cuda_step.json, cuda_tests.txt, cuda_errors.tsv: each compared output's error against
 # its bound; cuda_tf32_check.txt: the fp32 GEMM cases failing with TF32 allowed, as they
-# must; cuda_memcheck.txt) and, when $OUT is set (the device machine's return
-# folder), to $OUT as well.
+# must; cuda_memcheck.txt; cuda_bench.txt: the timing's whole output, with where the fp32
+# and bf16-master steps' time goes by op class) and, when $OUT is set (the device machine's return
+# folder), to $OUT as well (device-check.tar.gz, with the suites' logs).
 #
 # What it needs on the device machine: the packages .ci/run installs and the CUDA
 # toolkit at /usr/local/cuda; the tiny-BERT suite reads datasets/data (SQuAD, ignored by
@@ -16,19 +17,19 @@
 # random weights, no checkpoint. A device machine without those packages (this
 # workplace's) takes tests/device-pack.sh's pack instead: MPX_DEVICE_PREBUILT=1 skips the
 # build and finds the libraries in .devcarry/lib. Each suite's whole output goes to
-# build/device-check-logs/ (and $OUT/suite-logs.tar.gz).
+# build/device-check-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 dest=results/anchors
-mkdir -p "$dest" build
+mkdir -p "$dest" build/device-check-logs
 say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - t0 )) "$*"; }
 finish() {
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-        cp -f "$dest"/cuda_step.* "$dest"/cuda_tests.txt "$dest"/cuda_errors.tsv "$dest"/cuda_memcheck.txt \
-            "$dest"/cuda_tf32_check.txt "$OUT"/ 2>/dev/null || true
+        # everything in one archive (the return folder takes few files): the figures and
         # each suite's whole Criterion output, for a failure's assertion text
-        [ -d build/device-check-logs ] && tar -C build -czf "$OUT"/suite-logs.tar.gz device-check-logs
+        tar -czf "$OUT"/device-check.tar.gz "$dest"/cuda_* build/device-check-logs 2>/dev/null
+        cp -f "$dest"/cuda_step.md "$OUT"/ 2>/dev/null || true
     fi
     say "done (exit $1)"
     exit "$1"
@@ -93,5 +94,6 @@ else
 fi
 
 say "step timing"
-timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" || rc=1
+timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" --profile | tee "$dest/cuda_bench.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 finish "$rc"

@@ -42,7 +42,7 @@ $(eval $(call add_test,test_cuda_bert,tests/test_cuda_bert.c $(CUDA_TEST_COMMON)
 # cuBLAS itself for the GEMM ceiling, so it exists only where the backend does.
 ifeq ($(HAVE_CUDA),1)
 $(BUILD)/obj/tests/bench_cuda_step.o: EXTRA_CFLAGS += $(CUDA_CFLAGS)
-$(BUILD)/bench/bench_cuda_step: $(BUILD)/obj/tests/bench_cuda_step.o $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cuda.so
+$(BUILD)/bench/bench_cuda_step: $(BUILD)/obj/tests/bench_cuda_step.o $(BUILD)/obj/tests/bench_profile.o $(BUILD)/lib/libmpx.a $(BUILD)/plugins/backend-cuda.so
 	@mkdir -p $(@D)
 	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(CUDA_LIBS) -lcublas -lcudart $(PKG_LIBS) -ldl -lm -lpthread
 endif
