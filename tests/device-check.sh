@@ -8,7 +8,8 @@
 # cuda_step.json, cuda_tests.txt, cuda_errors.tsv: each compared output's error against
 # its bound; cuda_tf32_check.txt: the fp32 GEMM cases failing with TF32 allowed, as they
 # must; cuda_memcheck.txt; cuda_bench.txt: the timing's whole output, with where the fp32
-# and bf16-master steps' time goes by op class) and, when $OUT is set (the device machine's return
+# and bf16-master steps' time goes by op class; cuda_nccl.txt: comm/nccl at one rank against
+# comm/local) and, when $OUT is set (the device machine's return
 # folder), to $OUT as well (device-check.tar.gz, with the suites' logs).
 #
 # What it needs on the device machine: the packages .ci/run installs and the CUDA
@@ -40,6 +41,17 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if [ "${MPX_DEVICE_PREBUILT:-0}" = 1 ]; then
     # built elsewhere and unpacked from tests/device-pack.sh's pack: no make here
     export LD_LIBRARY_PATH="$PWD/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # OpenMPI's runtime (its components, PMIx, help files) for comm/nccl's bootstrap, from
+    # the pack's Debian packages where the machine has none: files added, none replaced
+    if [ ! -d /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 ] && ls .devcarry/debs/*.deb >/dev/null 2>&1; then
+        x=$(mktemp -d) && chmod 755 "$x"
+        for deb in .devcarry/debs/*.deb; do dpkg -x "$deb" "$x"; done
+        # tar keeps the machine's /lib -> usr/lib links, its directories' modes and every file
+        # already there
+        (cd "$x" && tar -cf - .) | (cd / && tar -xf - --skip-old-files --keep-directory-symlink) &&
+            say "OpenMPI runtime added from .devcarry/debs"
+        rm -rf "$x"
+    fi
     say "prebuilt: $(cat build/git-commit.txt 2>/dev/null || echo '?'); no build"
 elif say "build (-j$jobs; nvcc runs one file at a time)"; ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
         build/bench/bench_cuda_step >build/device-check-build.log 2>&1; then
@@ -91,6 +103,39 @@ if [ -x "$cs" ]; then
     done
 else
     say "no compute-sanitizer: memcheck not run"
+fi
+
+# comm/nccl on one GPU: one rank (NCCL refuses two ranks on one device), MPI started as a
+# singleton without a launcher; every collective then moves a rank's own data, so the
+# losses and gradient norms of a tiny-BERT run must equal comm/local's, at ZeRO stages 0,
+# 2 and 3 (all-reduce; reduce-scatter and all-gather; the layer gathers) in fp32 and
+# bf16-master. It checks the bootstrap, the device and stream plumbing and each
+# collective's call, not the sums of several ranks.
+nccl_lib=$(ldconfig -p 2>/dev/null | grep -o '/[^ ]*libnccl\.so\.2$' | head -1)
+[ -n "$nccl_lib" ] || [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ] || nccl_lib=/usr/local/cuda/lib64/libnccl.so.2
+[ -n "$nccl_lib" ] || nccl_lib=$(find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)
+if [ -z "$nccl_lib" ]; then
+    say "no libnccl.so.2 on this machine: comm/nccl not checked"; rc=1
+else
+    say "comm/nccl, one rank ($nccl_lib)"
+    : >"$dest/cuda_nccl.txt"
+    for z in stage0 stage2 stage3; do
+        for pol in fp32 bf16-master; do
+            d=$(mktemp -d)
+            for c in local nccl; do
+                LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$nccl_lib")" \
+                OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                    timeout 120 build/bin/mpx run configs/tiny_squad.cfg -s train.max_steps=4 \
+                    -s "precision.plugin=\"$pol\"" -s 'backend.plugin="cuda"' -s "comm.plugin=\"$c\"" \
+                    -s "zero.plugin=\"$z\"" --out "$d/$c" >"$d/$c.log" 2>&1 || { tail -5 "$d/$c.log"; }
+                cut -d, -f2,4 "$d/$c/metrics.csv" 2>/dev/null | tail -n +2 | tr '\n' ' ' >"$d/$c.cols"
+            done
+            if [ -s "$d/local.cols" ] && cmp -s "$d/local.cols" "$d/nccl.cols"; then v=same; else v=DIFFERENT; rc=1; fi
+            echo "zero $z, $pol: loss,grad_norm by step: local [$(cat "$d/local.cols")] nccl [$(cat "$d/nccl.cols")]: $v" |
+                tee -a "$dest/cuda_nccl.txt"
+            rm -rf "$d"
+        done
+    done
 fi
 
 say "step timing"

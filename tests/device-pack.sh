@@ -6,6 +6,7 @@
 #   .devcarry/lib/        the shared libraries they link that are not glibc's, the
 #                         compiler's or CUDA's (Criterion and its needs, libconfig,
 #                         jansson, utf8proc, OpenBLAS, OpenMPI's libraries)
+#   .devcarry/debs/       OpenMPI's runtime as Debian packages (comm/nccl's bootstrap)
 #   datasets/data/        a cut of SQuAD (the first 3 train and 2 dev articles): enough
 #                         for configs/tiny_squad.cfg (24 train, 8 dev questions), which
 #                         is all the tiny-BERT suite reads
@@ -31,6 +32,13 @@ for f in build/bin/* build/plugins/*.so build/tests/test_cuda_* build/bench/benc
     ldd "$f" 2>/dev/null | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libmvec|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
     grep -v '^/usr/local/cuda' | while read -r lib; do cp -L "$lib" "$stage/.devcarry/lib/$(basename "$lib")"; done
+# OpenMPI's runtime for comm/nccl's bootstrap (device-check.sh adds the files to a machine
+# that has none): libopenmpi3 and what its components load
+mkdir -p "$stage/.devcarry/debs"
+(cd "$stage/.devcarry/debs" && apt-get download -q libopenmpi3 openmpi-common libpmix2 libhwloc15 libhwloc-plugins \
+    libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libibverbs1 libmunge2 libnl-3-200 libnl-route-3-200 \
+    libpsm-infinipath1 libpsm2-2 libucx0 librdmacm1 libnuma1 >/dev/null 2>&1) ||
+    echo "device-pack: apt-get download of OpenMPI's runtime failed: comm/nccl will not be checked where it is missing" >&2
 python3 - "$stage/datasets/data" <<'EOF'
 import json, sys
 for name, articles in (("train", 3), ("dev", 2)):
@@ -41,5 +49,5 @@ for name, articles in (("train", 3), ("dev", 2)):
         json.dump(d, f)
 EOF
 mkdir -p .devcarry
-tar -C "$stage" -cJf .devcarry/pack.tar.xz build .devcarry/lib datasets/data
+tar -C "$stage" -cJf .devcarry/pack.tar.xz build .devcarry/lib .devcarry/debs datasets/data
 echo "device-pack: .devcarry/pack.tar.xz, $(du -h .devcarry/pack.tar.xz | cut -f1) ($(ls "$stage/.devcarry/lib" | wc -l) libraries)"
