@@ -43,15 +43,28 @@ __device__ __forceinline__ float dev_round(float v, mpx_dtype t)
 
 /* The cpu backend's row_sum/row_dot/row_max (cpu_rows.c): lane k of 8 adds elements
  * c + k for c = 0, 8, ... while c + 8 <= n; the tail goes to lane 0; the lanes combine
- * as ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). One warp calls it; lanes 0..7
- * do the adding; every lane gets the result. `f(c)` is the c-th term. */
+ * as ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). One whole warp calls it (the
+ * shuffles need all 32 lanes); all 32 evaluate the terms, lanes 0..7 do the adding in
+ * that order; every lane gets the result. `f(c)` is the c-th term. */
 template <typename F>
 __device__ float warp_row_sum8(size_t n, F f)
 {
-    const unsigned lane = threadIdx.x & 31u;
+    const unsigned lane = threadIdx.x & 31u, v = lane & 7u;
     float acc = 0.0f;
+    size_t c = 0;
+    /* 32 columns at a time: each lane evaluates one term (coalesced loads, 32 lanes of
+     * exp), and lane v < 8 adds the terms of columns c + v, c + v + 8, c + v + 16,
+     * c + v + 24 in that order, fetched by shuffle: the very sequence it adds alone. */
+    for (; c + 32 <= n; c += 32) {
+        float x = f(c + lane);
+        float x0 = __shfl_sync(0xffffffffu, x, v), x1 = __shfl_sync(0xffffffffu, x, v + 8);
+        float x2 = __shfl_sync(0xffffffffu, x, v + 16), x3 = __shfl_sync(0xffffffffu, x, v + 24);
+        acc += x0;
+        acc += x1;
+        acc += x2;
+        acc += x3;
+    }
     if (lane < 8) {
-        size_t c = 0;
         for (; c + 8 <= n; c += 8) acc += f(c + lane);
         if (lane == 0)
             for (; c < n; c++) acc += f(c);
@@ -66,10 +79,17 @@ __device__ float warp_row_sum8(size_t n, F f)
 template <typename F>
 __device__ float warp_row_max8(size_t n, F f)
 {
-    const unsigned lane = threadIdx.x & 31u;
+    const unsigned lane = threadIdx.x & 31u, v = lane & 7u;
     float acc = -INFINITY;
+    size_t c = 0;
+    for (; c + 32 <= n; c += 32) {   /* as warp_row_sum8: the same sequence per lane */
+        float x = f(c + lane);
+        for (unsigned k = 0; k < 32; k += 8) {
+            float y = __shfl_sync(0xffffffffu, x, v + k);
+            acc = y > acc ? y : acc;
+        }
+    }
     if (lane < 8) {
-        size_t c = 0;
         for (; c + 8 <= n; c += 8) { float x = f(c + lane); acc = x > acc ? x : acc; }
         if (lane == 0)
             for (; c < n; c++) { float x = f(c); acc = x > acc ? x : acc; }
