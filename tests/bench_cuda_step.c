@@ -221,8 +221,8 @@ static void run_case(result *r, const char *ckpt, int batch, int steps, int prof
         if (on_cuda) cudaDeviceSynchronize();
         double total = now() - t0;
         bench_profile_enable(0);
-        printf("\n%s %s, batch %d x %d (every op between two device synchronisations: %.4f s a step against %.4f "
-               "unprofiled)\n", r->model, r->prec, batch, SEQ, total / 3, r->step_s);
+        printf("\n%s %s, batch %d x %d (every op timed%s: %.4f s a step against %.4f unprofiled)\n", r->model,
+               r->prec, batch, SEQ, on_cuda ? " between two device synchronisations" : "", total / 3, r->step_s);
         bench_profile_print("a step's", 3, total);
         fflush(stdout);
     }
