@@ -45,6 +45,17 @@
 #define LIN_MIN_PIECE_TILES 4
 #endif
 
+/* The tile loop asks for the B panel's cache lines this many K steps ahead (1.5 KiB at
+ * 12 x 32): the panel streams from L2, and the hardware prefetcher alone left the
+ * FMAs waiting. A prefetch changes no result. On a Xeon (family 6 model 167, 2 threads,
+ * a throw-away driver alternating builds), 1152 x 3072 x 768 X W^T went from 310-319 to
+ * 326-337 GFLOP/s (best of 20 calls, four rounds) and 768 x 768 x 1152 A^T B from 265-281
+ * to 296-305; 6 to 20 steps ahead measured about the same, KC 256 or 384 and B blocks of
+ * 128 K or 512 K floats no better. */
+#ifndef LIN_PREFETCH_AHEAD
+#define LIN_PREFETCH_AHEAD 12
+#endif
+
 enum { LIN_FIRST = 1, LIN_LAST = 2 };
 
 /* acc over kc values of an A panel (ap: l * MR + r) and a B panel (bp: l * NR + j) into
@@ -67,6 +78,8 @@ typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, s
         }                                                                                                          \
         for (int l = 0; l < kc; l++, ap += (R), bp += (NV) * (W)) {                                                \
             VEC bv[NV];                                                                                            \
+            for (int q = 0; q < (NV) * (W); q += 16)                                                               \
+                __builtin_prefetch(bp + LIN_PREFETCH_AHEAD * (NV) * (W) + q, 0, 3);                               \
             for (int v = 0; v < (NV); v++) bv[v] = LOAD(bp + v * (W));                                             \
             for (int r = 0; r < (R); r++) {                                                                        \
                 VEC av = SET1(ap[r]);                                                                              \
@@ -130,7 +143,7 @@ typedef struct lin {
 static int ceil_to(int x, int q) { return (x + q - 1) / q * q; }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* transpose_into's 8 x 8 blocks in AVX registers, for rows [0, rows / 8 * 8); returns
+/* cpu_transpose_into's 8 x 8 blocks in AVX registers, for rows [0, rows / 8 * 8); returns
  * the rows done. The shuffles only move values. */
 __attribute__((target("avx"))) static int transpose8_avx(const float *src, size_t src_ld, int rows, int cols,
                                                           float *dst, size_t dst_ld)
@@ -167,7 +180,7 @@ __attribute__((target("avx"))) static int transpose8_avx(const float *src, size_
 
 /* dst[c dst_ld + r] = src[r src_ld + c], r < rows, c < cols: in 8 x 8 blocks (with AVX),
  * then 4 x 4 and 2 x 4 blocks. */
-static void transpose_into(const cpu_be *be, const float *src, size_t src_ld, int rows, int cols, float *dst,
+void cpu_transpose_into(const cpu_be *be, const float *src, size_t src_ld, int rows, int cols, float *dst,
                            size_t dst_ld)
 {
     int r = 0;
@@ -224,7 +237,7 @@ static void transpose_into(const cpu_be *be, const float *src, size_t src_ld, in
  * for a 16-bit row's widened values. */
 #define LIN_ROW_FLOATS 1024
 
-/* transpose_into from a 16-bit source (src element (r, c) at off + r src_ld + c): each
+/* cpu_transpose_into from a 16-bit source (src element (r, c) at off + r src_ld + c): each
  * chunk of LIN_WIDEN columns is widened, rows x chunk, then transposed. */
 static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t src_ld, int rows, int cols, float *dst,
                             size_t dst_ld)
@@ -233,33 +246,54 @@ static void transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t sr
     for (int c0 = 0; c0 < cols; c0 += LIN_WIDEN) {
         int cw = cols - c0 < LIN_WIDEN ? cols - c0 : LIN_WIDEN;
         for (int r = 0; r < rows; r++) cpu_load(be, src, off + (size_t)r * src_ld + (size_t)c0, (size_t)cw, tmp + r * LIN_WIDEN);
-        transpose_into(be, tmp, LIN_WIDEN, rows, cw, dst + (size_t)c0 * dst_ld, dst_ld);
+        cpu_transpose_into(be, tmp, LIN_WIDEN, rows, cw, dst + (size_t)c0 * dst_ld, dst_ld);
     }
 }
+
+/* Rows of the source packed together by pack_rows: each panel then receives
+ * LIN_PACK_ROWS x w consecutive floats at a time. */
+#define LIN_PACK_ROWS 8
 
 /* Row-order packing, shared by op(A) = A^T and an op(B) with contiguous rows: row l
  * (l < kc) of the source holds n consecutive panel columns from element first + l ld
  * (fp32 at f32, else the 16-bit `a16` widened LIN_ROW_FLOATS values at a time). Each row
- * is read once, in order, w values to each panel: panel q starts at dst + q w kc, its row
- * l at + l w, its columns past n zero. (A panel at a time went down the rows w values at
- * a time: a cache miss, or a widening call, per 24 or 64 bytes.) */
+ * is read once, in order, LIN_PACK_ROWS rows at a time, w values of each to each panel:
+ * panel q starts at dst + q w kc, its row l at + l w, its columns past n zero. (A panel
+ * at a time went down the rows w values at a time: a cache miss, or a widening call, per
+ * 24 or 64 bytes; a row at a time stored w values into every panel in turn, panels
+ * w kc floats apart: a store miss, and often a TLB miss, per 48 or 128 bytes.) */
 static void pack_rows(const cpu_be *be, const float *f32, mpx_arg a16, size_t first, size_t ld, int kc, int n, int w,
                       float *dst)
 {
-    float tmp[LIN_ROW_FLOATS];
+    float tmp[LIN_PACK_ROWS * LIN_ROW_FLOATS];
     const int step = LIN_ROW_FLOATS / w * w;
     for (int c0 = 0; c0 < n; c0 += step) {
         int c1 = n - c0 < step ? n : c0 + step;
-        for (int l = 0; l < kc; l++) {
-            size_t at = first + (size_t)l * ld + (size_t)c0;
-            const float *src = tmp;
-            if (f32) src = f32 + at;
-            else cpu_load(be, a16, at, (size_t)(c1 - c0), tmp);
+        for (int l0 = 0; l0 < kc; l0 += LIN_PACK_ROWS) {
+            int lb = kc - l0 < LIN_PACK_ROWS ? kc - l0 : LIN_PACK_ROWS;
+            const float *src[LIN_PACK_ROWS];
+            for (int t = 0; t < lb; t++) {
+                size_t at = first + (size_t)(l0 + t) * ld + (size_t)c0;
+                if (f32) {
+                    src[t] = f32 + at;
+                } else {
+                    cpu_load(be, a16, at, (size_t)(c1 - c0), tmp + t * LIN_ROW_FLOATS);
+                    src[t] = tmp + t * LIN_ROW_FLOATS;
+                }
+            }
             for (int q = c0; q < c1; q += w) {
-                float *dl = dst + (size_t)q * (size_t)kc + (size_t)l * w;
+                float *d = dst + (size_t)q * (size_t)kc + (size_t)l0 * w;
                 int cols = c1 - q < w ? c1 - q : w;
-                for (int j = 0; j < cols; j++) dl[j] = src[q - c0 + j];
-                for (int j = cols; j < w; j++) dl[j] = 0.0f;
+                for (int t = 0; t < lb; t++, d += w) {
+                    const float *sr = src[t] + (q - c0);
+                    /* the tile widths whole: copies of a size known here (vector moves) */
+                    if (cols == 12 && w == 12) memcpy(d, sr, 12 * sizeof(float));
+                    else if (cols == 32 && w == 32) memcpy(d, sr, 32 * sizeof(float));
+                    else {
+                        for (int j = 0; j < cols; j++) d[j] = sr[j];
+                        for (int j = cols; j < w; j++) d[j] = 0.0f;
+                    }
+                }
             }
         }
     }
@@ -281,7 +315,7 @@ static void pack_a(const lin *g, int i0, int mc, int p0, int kc, float *dst)
             size_t first = (size_t)(i0 + ir) * g->a_rs + (size_t)p0 * g->a_ks;
             transpose_widen(g->be, g->at, first, g->a_rs, rows, kc, d, (size_t)mr);
         } else {   /* rows of A contiguous: transposed in blocks */
-            transpose_into(g->be, g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
+            cpu_transpose_into(g->be, g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0, g->a_rs, rows, kc, d, (size_t)mr);
         }
         if (rows < mr)
             for (int l = 0; l < kc; l++)
@@ -298,7 +332,7 @@ static void pack_b_panel(const lin *g, int kb, int jp)
     if (g->bt.t != MPX_F32) {   /* op(B) = B^T, 16-bit: widened on the way */
         transpose_widen(g->be, g->bt, (size_t)p0 * g->b_ks + (size_t)j0 * g->b_cs, g->b_cs, w, kc, d, (size_t)nr);
     } else {              /* op(B) = B^T (rows of op(B) contiguous go through pack_b_rows) */
-        transpose_into(g->be, g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
+        cpu_transpose_into(g->be, g->b + (size_t)j0 * g->b_cs + (size_t)p0, g->b_cs, w, kc, d, (size_t)nr);
     }
     if (w < nr)
         for (int l = 0; l < kc; l++)

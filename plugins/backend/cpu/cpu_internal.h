@@ -81,6 +81,10 @@ int cpu_small_gemm_fits(const cpu_be *be, const mpx_gemm *g);
  * row-major); 0, or -1 when out of memory. */
 int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
                    float *C, int ldc, float *panel);
+/* dst[c dst_ld + r] = src[r src_ld + c] for r < rows, c < cols (8 x 8 blocks in AVX
+ * registers when the CPU has AVX2; cpu_gemm_linear.c): the GEMM kernels' packing. */
+void cpu_transpose_into(const cpu_be *be, const float *src, size_t src_ld, int rows, int cols, float *dst,
+                        size_t dst_ld);
 /* Floats of the packed op(B) panel cpu_small_gemm needs (`panel`; NULL: it allocates). */
 size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
 
