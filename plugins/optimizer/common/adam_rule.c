@@ -49,14 +49,55 @@ typedef struct adam_piece {
     float amax[2];
 } adam_piece;
 
+/* An fp32 moment stored unscaled is updated where it lies (no copy into the chunk's buffer
+ * and back) when the pass stores it; a pass that only measures amax leaves it as it is. */
+static float *in_place(const optc_state *st, size_t off, int pass)
+{
+    return pass == PASS_UPDATE_STORE && !st->scales && st->a.t == MPX_F32 ? (float *)st->a.p + off : NULL;
+}
+
+/* The plain pass's element loop (adam_chunk's, without the amax and store-only
+ * branches), on operands that do not overlap. Cloned for AVX2, 8 lanes: the same
+ * operations in the same order, each IEEE-rounded, so the same bits as the SSE loop
+ * (the build's ISO C mode contracts no a * b + c into an FMA). */
+__attribute__((target_clones("avx2", "default")))
+static void adam_update_store(const adam_rule *r, const adam_consts *c, float wd, size_t n,
+                              const float *restrict grad, const float *restrict p, float *restrict m,
+                              float *restrict v, float *restrict update)
+{
+    const int l2 = !r->adam_w_mode && wd != 0.0f, decoupled = r->adam_w_mode && wd != 0.0f;
+    const float b1 = r->b1, b2 = r->b2, omb1 = r->one_minus_b1, omb2 = r->one_minus_b2, eps = r->eps;
+    const float bc1 = c->bc1, bc2 = c->bc2, neg_lr = c->neg_lr;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        if (l2) g += wd * p[i];
+        m[i] = b1 * m[i] + omb1 * g;
+        v[i] = b2 * v[i] + omb2 * g * g;
+        float denom = sqrtf(v[i] / bc2) + eps;
+        float u = (m[i] / bc1) / denom;
+        if (decoupled) u += wd * p[i];
+        update[i] = neg_lr * u;
+    }
+}
+
 static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s,
                        float wd, size_t off, size_t n, adam_piece *ap, int pass)
 {
-    float p[OPTC_CHUNK], m[OPTC_CHUNK], v[OPTC_CHUNK];
-    const float *grad = s->grad + off;
-    if (wd != 0.0f) optc_load(s->param, off, n, p);
-    optc_state_load(&ap->st[0], ap->inv[0], off, n, m);
-    optc_state_load(&ap->st[1], ap->inv[1], off, n, v);
+    float pb[OPTC_CHUNK], mb[OPTC_CHUNK], vb[OPTC_CHUNK];
+    const float *grad = s->grad + off, *p = pb;
+    float *m = in_place(&ap->st[0], off, pass), *v = in_place(&ap->st[1], off, pass);
+    if (wd != 0.0f) {
+        if (s->param.t == MPX_F32) p = (const float *)s->param.p + off;
+        else optc_load(s->param, off, n, pb);
+    }
+    if (!m) optc_state_load(&ap->st[0], ap->inv[0], off, n, m = mb);
+    if (!v) optc_state_load(&ap->st[1], ap->inv[1], off, n, v = vb);
+    if (pass == PASS_UPDATE_STORE) {
+        adam_update_store(r, c, wd, n, grad, p, m, v, s->update + off);
+        if (m == mb) optc_state_store(&ap->st[0], ap->scale[0], m, off, n);
+        if (v == vb) optc_state_store(&ap->st[1], ap->scale[1], v, off, n);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];
         if (!r->adam_w_mode && wd != 0.0f) g += wd * p[i];
