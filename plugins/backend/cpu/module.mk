@@ -18,6 +18,8 @@ $(eval $(call add_test,test_cpu_attention,tests/test_cpu_attention.c tests/test_
 $(BUILD)/obj/tests/test_cpu_attention.o: EXTRA_CFLAGS += -Itests/support
 $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_rows $(BUILD)/tests/test_cpu_ops_grad: $(BUILD)/plugins/backend-cpu.so
 $(BUILD)/tests/test_cpu_attention: $(BUILD)/plugins/backend-cpu.so
+# libmvec's AVX-512 exp and erfc against its AVX2 ones (cpu_vecmath.c calls either)
+$(eval $(call add_test,test_mvec,tests/test_mvec.c,-lmvec))
 
 # Bench: OpenBLAS is linked directly for the side-by-side cblas_sgemm column.
 BENCHES += $(BUILD)/bench/bench_gemm
