@@ -56,6 +56,23 @@ static float *in_place(const optc_state *st, size_t off, int pass)
     return pass == PASS_UPDATE_STORE && !st->scales && st->a.t == MPX_F32 ? (float *)st->a.p + off : NULL;
 }
 
+/* The rule for one element, shared by every pass: the moments from the gradient g (L2
+ * decay folded into it), then the update from the new moments. */
+static inline void adam_moments(const adam_rule *r, float wd, float g, float p, float *m, float *v)
+{
+    if (!r->adam_w_mode && wd != 0.0f) g += wd * p;
+    *m = r->b1 * *m + r->one_minus_b1 * g;
+    *v = r->b2 * *v + r->one_minus_b2 * g * g;
+}
+
+static inline float adam_update_of(const adam_rule *r, const adam_consts *c, float wd, float m, float v, float p)
+{
+    float denom = sqrtf(v / c->bc2) + r->eps;
+    float u = (m / c->bc1) / denom;
+    if (r->adam_w_mode && wd != 0.0f) u += wd * p;
+    return c->neg_lr * u;
+}
+
 /* The plain pass's element loop (adam_chunk's, without the amax and store-only
  * branches), on operands that do not overlap. Cloned for AVX2, 8 lanes: the same
  * operations in the same order, each IEEE-rounded, so the same bits as the SSE loop
@@ -65,18 +82,10 @@ static void adam_update_store(const adam_rule *r, const adam_consts *c, float wd
                               const float *restrict grad, const float *restrict p, float *restrict m,
                               float *restrict v, float *restrict update)
 {
-    const int l2 = !r->adam_w_mode && wd != 0.0f, decoupled = r->adam_w_mode && wd != 0.0f;
-    const float b1 = r->b1, b2 = r->b2, omb1 = r->one_minus_b1, omb2 = r->one_minus_b2, eps = r->eps;
-    const float bc1 = c->bc1, bc2 = c->bc2, neg_lr = c->neg_lr;
+    const float *pp = wd != 0.0f ? p : grad;   /* p is read only with a decay (else unset) */
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        if (l2) g += wd * p[i];
-        m[i] = b1 * m[i] + omb1 * g;
-        v[i] = b2 * v[i] + omb2 * g * g;
-        float denom = sqrtf(v[i] / bc2) + eps;
-        float u = (m[i] / bc1) / denom;
-        if (decoupled) u += wd * p[i];
-        update[i] = neg_lr * u;
+        adam_moments(r, wd, grad[i], pp[i], &m[i], &v[i]);
+        update[i] = adam_update_of(r, c, wd, m[i], v[i], pp[i]);
     }
 }
 
@@ -98,20 +107,13 @@ static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_s
         if (v == vb) optc_state_store(&ap->st[1], ap->scale[1], v, off, n);
         return;
     }
+    const float *pp = wd != 0.0f ? p : grad;
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        if (!r->adam_w_mode && wd != 0.0f) g += wd * p[i];
-        m[i] = r->b1 * m[i] + r->one_minus_b1 * g;
-        v[i] = r->b2 * v[i] + r->one_minus_b2 * g * g;
+        adam_moments(r, wd, grad[i], pp[i], &m[i], &v[i]);
         if (pass == PASS_STORE) continue;
-        if (pass == PASS_UPDATE_AMAX) {
-            ap->amax[0] = fmaxf(ap->amax[0], fabsf(m[i]));
-            ap->amax[1] = fmaxf(ap->amax[1], fabsf(v[i]));
-        }
-        float denom = sqrtf(v[i] / c->bc2) + r->eps;
-        float u = (m[i] / c->bc1) / denom;
-        if (r->adam_w_mode && wd != 0.0f) u += wd * p[i];
-        s->update[off + i] = c->neg_lr * u;
+        ap->amax[0] = fmaxf(ap->amax[0], fabsf(m[i]));   /* PASS_UPDATE_AMAX */
+        ap->amax[1] = fmaxf(ap->amax[1], fabsf(v[i]));
+        s->update[off + i] = adam_update_of(r, c, wd, m[i], v[i], pp[i]);
     }
     if (pass == PASS_UPDATE_AMAX) return;
     optc_state_store(&ap->st[0], ap->scale[0], m, off, n);
