@@ -227,7 +227,7 @@ static int accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_t s
 }
 
 /* The optimizer's view of the step's gradient: fp32, unscaled, clipped. Returns the
- * pre-clip global norm. */
+ * pre-clip global norm: the one check_overflow took already when *norm is not NaN. */
 static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double *norm,
                         char *err, size_t errlen)
 {
@@ -245,8 +245,8 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
     size_t off, len;
     mpx_shard_norm_slice(s, &off, &len);
     mpx_grad_buf part = { mpx_at(g32, off), len }, all = { g32, n };
-    if (mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum,
-                      &s->inst[MPX_KIND_COMM].env.pub, norm, err, errlen))
+    if (isnan(*norm) && mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum,
+                                      &s->inst[MPX_KIND_COMM].env.pub, norm, err, errlen))
         return -1;
     return mpx_clip_by_norm(s->ops, s->be, &all, 1, c->clip, *norm, NULL, err, errlen);
 }
@@ -317,14 +317,41 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
     return 0;
 }
 
-static int check_overflow(mpx_session *s, int *overflow)
+/* Whether any rank's gradient slice holds an inf or a NaN. When the unscaled fp32
+ * gradient is the reduced one itself (fp32 gradients, or bf16's fp32 accumulator, and no
+ * loss scaling: `fused`), the check is the gradient norm's own pass: every square is
+ * non-negative, so an inf or a NaN makes the sum of squares inf or NaN, and a finite sum
+ * means every element is finite. Only a non-finite sum is looked into element by element
+ * (finite squares can still add up past FLT_MAX), so the answer is count_nonfinite's.
+ * *norm gets that norm (prepare_grad then takes it as it is, the same call on the same
+ * data), else NaN. */
+static int check_overflow(mpx_session *s, int64_t step, int fused, int *overflow, double *norm, char *err,
+                          size_t errlen)
 {
     size_t bad = 0, off, len;
+    *norm = NAN;
     mpx_shard_norm_slice(s, &off, &len);
-    if (s->ops->count_nonfinite(s->be, mpx_at(mpx_shard_reduced(s), off), len, &bad)) return -1;
-    double flag = bad ? 1.0 : 0.0; /* every rank skips the same step */
-    if (mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1)) return -1;
+    mpx_arg red = mpx_at(mpx_shard_reduced(s), off);
+    if (fused && s->grad32 && s->grad32 == mpx_shard_reduced(s).p && red.t == MPX_F32) {
+        mpx_grad_buf part = { red, len };
+        if (mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum, &s->inst[MPX_KIND_COMM].env.pub,
+                          norm, err, errlen)) {
+            snprintf(err + strlen(err), errlen - strlen(err), " (step %lld, the overflow check)", (long long)step);
+            return -1;
+        }
+        if (isfinite(*norm)) {
+            *overflow = 0;
+            return 0;
+        }
+    }
+    double flag = 0.0; /* every rank skips the same step */
+    if (s->ops->count_nonfinite(s->be, red, len, &bad) ||
+        (flag = bad ? 1.0 : 0.0, mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1))) {
+        snprintf(err, errlen, "step %lld: overflow check failed", (long long)step);
+        return -1;
+    }
     *overflow = flag > 0;
+    if (*overflow) *norm = NAN;   /* a skipped step has no norm (metrics.csv: empty) */
     return 0;
 }
 
@@ -338,13 +365,13 @@ int mpx_train_one_step(mpx_session *s, mpx_task *t, int64_t step, double lr, dou
     train_cfg c;
     if (read_train_cfg(s, &c)) { snprintf(err, errlen, "train: incomplete configuration"); return -1; }
     int64_t tokens;
-    double norm;
+    double norm = NAN;
     mpx_diagnostics off = { 0 };
     if (!diag) diag = &off;
     if (mpx_diag_begin_step(diag, s, step, step + 1)) { snprintf(err, errlen, "diagnostics failed"); return -1; }
     if (accumulate(s, t, &c, step, scale, diag, loss, &tokens, err, errlen)) return -1;
     if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
-    if (check_overflow(s, skipped)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
+    if (check_overflow(s, step, scale == 1.0, skipped, &norm, err, errlen)) return -1;
     if (!*skipped && update_step(s, &c, scale, step + 1, lr, diag, &norm, err, errlen)) return -1;
     return mpx_diag_end_step(diag, s, step, !*skipped);
 }
@@ -420,7 +447,9 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         }
         if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
         int overflow = 0, skip = 0;
-        if (check_overflow(s, &overflow)) { snprintf(err, errlen, "step %lld: overflow check failed", (long long)step); return -1; }
+        /* without loss scaling the scale stays 1: the norm is the check's (check_overflow) */
+        if (check_overflow(s, step, !strcmp(lsp->preset, "none") && scale == 1.0, &overflow, &norm, err, errlen))
+            return -1;
         if ((overflow || !isfinite(loss)) && !injects_overflow(step, -1) && !strcmp(lsp->preset, "none"))
             return stop_on_nonfinite(s, t, &c, step, pos, scale, loss, diag, metrics, err, errlen);
         if (mpx_scaler_update(lsp, overflow, step, &skip, err, errlen)) return -1;
