@@ -195,3 +195,74 @@ Test(nonfinite, the_locate_pass_counts_the_step_once_in_8bit_diagnostics_and_sca
     json_decref(rn);
     json_decref(rs);
 }
+
+/* Field `col` (0-based) of metrics.csv's row for `step`, into buf ("" when empty). */
+static const char *csv_field(const char *rows, int step, int col, char *buf, size_t n)
+{
+    char head[32];
+    snprintf(head, sizeof head, "\n%d,", step);
+    const char *p = strstr(rows, head);
+    cr_assert_not_null(p, "no row for step %d in\n%s", step, rows);
+    p++;
+    for (int c = 0; c < col; c++) {
+        p = strchr(p, ',');
+        cr_assert_not_null(p);
+        p++;
+    }
+    size_t len = strcspn(p, ",\n");
+    cr_assert_lt(len, n);
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return buf;
+}
+
+/* Without loss scaling the overflow check is the gradient norm's pass (core/src/train.c,
+ * check_overflow): an inf in the gradient makes the sum of squares inf, but so do finite
+ * values past sqrt(FLT_MAX) (1e30 squared is 1e60). An injected 1e30 at step 2 of fp32's
+ * 4-step toy run is no overflow: the step is taken with norm inf (which the clip leaves
+ * alone, clip.c), SGD moves one weight by 5e28, step 3's loss and norm are huge (its
+ * norm inf again: no overflow either) and the run finishes. An injected inf at step 2 is
+ * one: the step is skipped and has no norm. */
+static void toy_inject(const char *value, char *rows_out, size_t n, json_t **rec)
+{
+    char *d = ts_tmpdir("nonfinite"), dir[600];
+    int rc = ts_sh(out, sizeof out, "MPX_INJECT_OVERFLOW_AT_STEP=2 MPX_INJECT_VALUE=%s build/bin/mpx run configs/toy.cfg "
+                   "-s train.max_steps=4 --out %s/r 2>&1", value, d);
+    cr_assert_eq(rc, 0, "MPX_INJECT_VALUE=%s: %s", value, out);
+    snprintf(dir, sizeof dir, "%s/r", d);
+    char *rows = ts_metrics_rows(dir);
+    snprintf(rows_out, n, "%s", rows);
+    free(rows);
+    *rec = record_at(dir);
+}
+
+Test(nonfinite, a_finite_gradient_whose_square_overflows_is_no_overflow, .timeout = 60)
+{
+    char rows[8192], f[64];
+    json_t *r;
+    toy_inject("1e30", rows, sizeof rows, &r);
+    json_t *m = json_object_get(r, "metrics");
+    cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished");
+    cr_expect_eq(json_integer_value(json_object_get(m, "skipped_steps")), 0, "%s", rows);
+    cr_expect_eq(json_integer_value(json_object_get(m, "overflow_count")), 0);
+    cr_expect_str_eq(csv_field(rows, 2, 5, f, sizeof f), "0", "step 2 skipped:\n%s", rows);
+    cr_expect_str_eq(csv_field(rows, 2, 3, f, sizeof f), "inf", "step 2's norm:\n%s", rows);
+    cr_expect_str_eq(csv_field(rows, 3, 5, f, sizeof f), "0", "step 3 skipped:\n%s", rows);
+    double n1 = strtod(csv_field(rows, 1, 3, f, sizeof f), NULL), l3 = strtod(csv_field(rows, 3, 1, f, sizeof f), NULL);
+    cr_expect(isfinite(n1) && n1 > 0 && n1 < 1, "step 1's norm:\n%s", rows);
+    cr_expect(isfinite(l3) && l3 > 1e20, "step 3's loss after the 1e30 gradient:\n%s", rows);
+    json_decref(r);
+}
+
+Test(nonfinite, an_injected_inf_without_loss_scaling_skips_its_step, .timeout = 60)
+{
+    char rows[8192], f[64];
+    json_t *r;
+    toy_inject("inf", rows, sizeof rows, &r);
+    json_t *m = json_object_get(r, "metrics");
+    cr_expect_eq(json_integer_value(json_object_get(m, "skipped_steps")), 1, "%s", rows);
+    cr_expect_str_eq(csv_field(rows, 2, 5, f, sizeof f), "1", "step 2 not skipped:\n%s", rows);
+    cr_expect_str_eq(csv_field(rows, 2, 3, f, sizeof f), "", "a skipped step's norm:\n%s", rows);
+    cr_expect_str_eq(csv_field(rows, 3, 5, f, sizeof f), "0", "%s", rows);
+    json_decref(r);
+}

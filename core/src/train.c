@@ -123,7 +123,9 @@ static void maybe_fault(int64_t step, mpx_record *rec, int rank)
 /* MPX_INJECT_OVERFLOW_AT_STEP=N[,M...]: an inf in the first gradient element at those
  * steps (after backward), to test loss-scale handling end to end; with
  * MPX_INJECT_OVERFLOW_RANK=R only on rank R (every rank must still skip). rank < 0: on
- * any rank (what every rank knows alike). */
+ * any rank (what every rank knows alike). MPX_INJECT_VALUE=X puts X there instead (a
+ * float, rounded to the gradient's dtype): a large finite X is no overflow, though its
+ * square is past FLT_MAX (check_overflow). */
 static int injects_overflow(int64_t step, int rank)
 {
     const char *r = getenv("MPX_INJECT_OVERFLOW_RANK");
@@ -141,9 +143,10 @@ static int injects_overflow(int64_t step, int rank)
 
 static int inject_inf(mpx_session *s, mpx_arg g)
 {
-    uint32_t f32 = 0x7f800000u;
-    uint16_t h = g.t == MPX_F16 ? 0x7c00u : 0x7f80u;
-    return s->ops->to_device(s->be, g.p, g.t == MPX_F32 ? (const void *)&f32 : (const void *)&h, mpx_dtype_size(g.t));
+    const char *e = getenv("MPX_INJECT_VALUE");
+    float v = e && *e ? strtof(e, NULL) : INFINITY;
+    uint16_t h = g.t == MPX_F16 ? mpx_f32_to_f16(v) : mpx_f32_to_bf16(v);
+    return s->ops->to_device(s->be, g.p, g.t == MPX_F32 ? (const void *)&v : (const void *)&h, mpx_dtype_size(g.t));
 }
 
 static void progress(int64_t step, int64_t total, double loss, double lr, double tok_s, double eta)
