@@ -93,7 +93,7 @@ static void store_partial(const small_gemm *s, int i0, int j0, int rows, int w, 
 
 #if defined(__x86_64__) || defined(__i386__)
 CPU_TILE(SMALL_TILE, tile512_8x1, 8, 1, CPU_ISA_AVX512)
-CPU_TILE(SMALL_TILE, tile512_8x2, 8, 2, CPU_ISA_AVX512)
+CPU_TILE(SMALL_TILE, tile512_12x2, 12, 2, CPU_ISA_AVX512)
 CPU_TILE(SMALL_TILE, tile512_4x3, 4, 3, CPU_ISA_AVX512)
 CPU_TILE(SMALL_TILE, tile512_6x4, 6, 4, CPU_ISA_AVX512)
 CPU_TILE(SMALL_TILE, tile256_4x2, 4, 2, CPU_ISA_AVX2)
@@ -123,7 +123,7 @@ static tile_fn pick_tile(int level, int n, int *tw)
     if (level >= 2) {
         int nv = (n + 15) / 16;
         if (nv <= 1) return *tw = 16, tile512_8x1;
-        if (nv == 2) return *tw = 32, tile512_8x2;
+        if (nv == 2) return *tw = 32, tile512_12x2;
         if (nv == 3) return *tw = 48, tile512_4x3;
         return *tw = 64, tile512_6x4;
     }
