@@ -334,8 +334,8 @@ static int check_overflow(mpx_session *s, int64_t step, int fused, int *overflow
     size_t bad = 0, off, len;
     *norm = NAN;
     mpx_shard_norm_slice(s, &off, &len);
-    mpx_arg red = mpx_at(mpx_shard_reduced(s), off);
-    if (fused && s->grad32 && s->grad32 == mpx_shard_reduced(s).p && red.t == MPX_F32) {
+    mpx_arg whole = mpx_shard_reduced(s), red = mpx_at(whole, off);
+    if (fused && s->grad32 && s->grad32 == whole.p && red.t == MPX_F32) {
         mpx_grad_buf part = { red, len };
         if (mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum, &s->inst[MPX_KIND_COMM].env.pub,
                           norm, err, errlen)) {
