@@ -347,9 +347,9 @@ static int check_overflow(mpx_session *s, int64_t step, int fused, int *overflow
             return 0;
         }
     }
-    double flag = 0.0; /* every rank skips the same step */
-    if (s->ops->count_nonfinite(s->be, red, len, &bad) ||
-        (flag = bad ? 1.0 : 0.0, mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1))) {
+    int rc = s->ops->count_nonfinite(s->be, red, len, &bad);
+    double flag = bad ? 1.0 : 0.0; /* every rank skips the same step */
+    if (rc || mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1)) {
         snprintf(err, errlen, "step %lld: overflow check failed", (long long)step);
         return -1;
     }
