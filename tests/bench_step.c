@@ -5,8 +5,8 @@
  * OpenBLAS sgemm timed in the same process (the "ceiling"), peak RSS, counted memory by
  * role, the bf16-master/fp32 step-time ratio (wall and CPU time: on shared cores the CPU
  * seconds a step takes, all threads, move far less than its wall time) and, when PyTorch
- * imports, the ratio to PyTorch eager on the same step (tests/bench_step_torch.py, same
- * threads).
+ * imports, the ratio to PyTorch eager on the same step (tests/bench_step_torch.py --serve,
+ * same threads), whose steps run alternately with mpx's timed ones in the fp32 case.
  *
  * GEMM FLOPs of a step = 6 x (forward GEMM multiply-adds): forward 2 FLOPs per MAC, and
  * backward twice forward (dX and dW for each linear; dP, dV, dQ, dK for attention).
@@ -19,19 +19,26 @@
  * --kernels: OpenBLAS's kernels as the environment's OPENBLAS_CORETYPE sets them (env), as
  * OpenBLAS itself picks them with the variable unset (detected), or both, one table each
  * (the default; with the variable unset the two are one). PyTorch runs once per model.
- *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...
+ *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [--torch CONFIG_JSON]
+ *              [-s KEY=VALUE]...
+ * --torch: PyTorch alongside, one process per OpenMP wait policy, one of its steps (and
+ * evaluation forwards) after each of mpx's timed ones (the parent passes it in the fp32
+ * case of each model).
  * --pad F masks the last F of every window (input_mask 0, token id 0), as a padded batch
  * of real windows is (bench_padding: 24 % of a shuffled SQuAD batch's tokens at 384):
  * the attention then softmaxes over masked positions. Default 0: every mask 1.
  * Run from the repository root (plugins from build/plugins unless --plugin-dir). */
 #define _GNU_SOURCE
 #include <cblas.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,6 +175,109 @@ static double ceiling_run(ceiling *c, double *op_gf)
     return 2.0 * CEIL_M * CEIL_N * CEIL_K / dt * 1e-9;
 }
 
+/* ---- PyTorch alongside: tests/bench_step_torch.py --serve, one process per OpenMP wait
+ * policy (PyTorch's default, whose threads spin a while before they sleep, and
+ * "passive"), each told to run one step or one evaluation forward right after each of
+ * mpx's timed ones. Timed alternately, the two see the same load: on a shared host whose
+ * speed drifts over minutes, a PyTorch run minutes apart from mpx's moved the ratio more
+ * than the code did (docs/SPEED.md). ---- */
+
+#define N_POLICIES 2
+static const char *const g_policies[N_POLICIES] = { "", "passive" };
+
+typedef struct torch_srv {
+    pid_t pid;
+    FILE *in, *out;
+    int ok;   /* started and answering */
+    int n_step, n_eval;
+    double step[MAX_STEPS], step_cpu[MAX_STEPS], eval[MAX_STEPS], eval_cpu[MAX_STEPS];
+} torch_srv;
+
+/* Starts the server (its warm-up runs while the caller sets up); 0 when it runs. */
+static int torch_start(torch_srv *t, const char *config_json, int threads, const char *policy)
+{
+    int to[2], from[2];
+    memset(t, 0, sizeof *t);
+    t->pid = -1;
+    /* close-on-exec: a second server or any other child must not hold this one's pipes
+     * (dup2 onto 0 and 1 clears the flag for the server itself) */
+    if (pipe2(to, O_CLOEXEC)) return -1;
+    if (pipe2(from, O_CLOEXEC)) { close(to[0]), close(to[1]); return -1; }
+    /* everything the child needs is made before fork: this process has threads, and
+     * between fork and exec the child calls only what is safe there */
+    char th[16], pad[32], pol[64];
+    snprintf(th, sizeof th, "%d", threads);
+    snprintf(pad, sizeof pad, "%.17g", g_pad);
+    snprintf(pol, sizeof pol, "OMP_WAIT_POLICY=%s", policy);
+    char *args[16];
+    int n = 0;
+    args[n++] = "env";
+    if (policy[0]) args[n++] = pol;
+    else args[n++] = "-u", args[n++] = "OMP_WAIT_POLICY";
+    args[n++] = "python3", args[n++] = "tests/bench_step_torch.py", args[n++] = "--config";
+    args[n++] = (char *)config_json, args[n++] = "--threads", args[n++] = th, args[n++] = "--pad", args[n++] = pad;
+    args[n++] = "--serve", args[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) { close(to[0]), close(to[1]), close(from[0]), close(from[1]); return -1; }
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (dup2(to[0], 0) < 0 || dup2(from[1], 1) < 0 || (null >= 0 && dup2(null, 2) < 0)) _exit(127);
+        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        execvp("env", args);
+        _exit(127);
+    }
+    close(to[0]), close(from[1]);
+    t->pid = pid;
+    t->in = fdopen(to[1], "w");
+    t->out = fdopen(from[0], "r");
+    if (!t->in || !t->out) {
+        if (t->in) fclose(t->in); else close(to[1]);
+        if (t->out) fclose(t->out); else close(from[0]);
+        t->in = t->out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for "ready"; 0 when the server is up. */
+static int torch_ready(torch_srv *t)
+{
+    char line[256];
+    t->ok = t->out && fgets(line, sizeof line, t->out) && strncmp(line, "ready ", 6) == 0;
+    return t->ok ? 0 : -1;
+}
+
+/* One step ("step") or evaluation forward ("eval") in the server, its seconds recorded. */
+static void torch_one(torch_srv *t, const char *cmd)
+{
+    char line[256], word[16];
+    double wall, cpu;
+    if (!t->ok) return;
+    if (fprintf(t->in, "%s\n", cmd) < 0 || fflush(t->in) || !fgets(line, sizeof line, t->out) ||
+        sscanf(line, "%15s %lf %lf", word, &wall, &cpu) != 3 || strcmp(word, cmd) != 0) {
+        t->ok = 0;
+        return;
+    }
+    int eval = strcmp(cmd, "eval") == 0, *n = eval ? &t->n_eval : &t->n_step;
+    if (*n >= MAX_STEPS) return;
+    (eval ? t->eval : t->step)[*n] = wall;
+    (eval ? t->eval_cpu : t->step_cpu)[*n] = cpu;
+    (*n)++;
+}
+
+static void torch_stop(torch_srv *t)
+{
+    if (t->in) {
+        fputs("quit\n", t->in);
+        fclose(t->in);
+    }
+    if (t->out) fclose(t->out);
+    if (t->pid > 0) waitpid(t->pid, NULL, 0);
+    t->in = t->out = NULL;
+    t->pid = -1;
+}
+
 /* Forward + backward alone (no optimizer), the model's share of the step. */
 static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
 {
@@ -190,7 +300,7 @@ static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
 }
 
 /* The evaluation forward: eval mode (no dropout), no labels, on a forward-only bind. */
-static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, double *sum_s)
+static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, double *sum_s, torch_srv *torch)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     const mpx_model_vtable *mv = &m->rec->vt.model;
@@ -209,6 +319,7 @@ static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, d
         if (i >= 0) times[i] = now() - t0;
         bench_profile_enable(0);
         if (rc) return -1;
+        for (int p = 0; torch && i >= 0 && p < N_POLICIES; p++) torch_one(&torch[p], "eval");
     }
     *sum_s = 0;
     for (int i = 0; i < steps; i++) *sum_s += times[i];
@@ -272,9 +383,12 @@ static double steal_pct(const jiffies *since)
 
 /* One case in this process: prints human lines and one "result" line for the parent. */
 static int run_case(const char *name, const char *ckpt, const char *prec, int steps,
-                    const char *plugin_dir, const char *const *ovr, size_t n_ovr)
+                    const char *plugin_dir, const char *const *ovr, size_t n_ovr, const char *torch_json)
 {
     char cfg[256], err[8192] = "";
+    torch_srv torch[N_POLICIES];   /* PyTorch alongside (torch_json given) */
+    int with_torch = 0;
+    for (int p = 0; p < N_POLICIES; p++) memset(&torch[p], 0, sizeof torch[p]), torch[p].pid = -1;
     if (write_cfg(cfg, sizeof cfg, ckpt, prec)) { fprintf(stderr, "bench_step: cannot write %s\n", cfg); return 1; }
     const char *dirs[] = { plugin_dir };
     mpx_session s;
@@ -300,10 +414,19 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     if (ceiling_open(&ce, threads)) { snprintf(err, sizeof err, "out of memory for the sgemm ceiling"); goto out; }
     ce.ops = bv->ops;
     ce.be = s.be;
+    if (torch_json) {   /* started now: their set-up and warm-up overlap mpx's, untimed */
+        signal(SIGPIPE, SIG_IGN);   /* a server that died answers nothing; it must not end this process */
+        for (int p = 0; p < N_POLICIES; p++)
+            if (torch_start(&torch[p], torch_json, threads, g_policies[p]) == 0) with_torch = 1;
+    }
     double times[MAX_STEPS], cpu[MAX_STEPS], ceil_gf[MAX_STEPS], ceil_op[MAX_STEPS], loss = 0, unused_gf;
     int skipped = 0;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     ceiling_run(&ce, &unused_gf);   /* warm-up */
+    for (int p = 0; with_torch && p < N_POLICIES; p++)
+        if (torch[p].pid > 0 && torch_ready(&torch[p]))
+            printf("  PyTorch alongside (OMP_WAIT_POLICY=%s) did not start: tests/bench_step_torch.py --serve\n",
+                   g_policies[p][0] ? g_policies[p] : "unset");
     jiffies j0 = { 0, 0 };
     int have_j = read_jiffies(&j0) == 0;
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
@@ -316,6 +439,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         }
         if (i >= 0) times[i] = now() - t0, cpu[i] = cpu_time() - c0;
         bench_profile_enable(0);
+        for (int p = 0; with_torch && i >= 0 && p < N_POLICIES; p++) torch_one(&torch[p], "step");
     }
     ceiling_close(&ce);
     double steal = have_j ? steal_pct(&j0) : NAN;
@@ -349,6 +473,10 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     double diag_s = median(diag_times, steps);
     /* last, as mpx eval runs it: the model bound forward-only (no grads) */
     double eval_s = NAN, eval_sum = 0;
+    /* PyTorch's step over mpx's, step by step (before the medians sort `times`) */
+    double paired[N_POLICIES][MAX_STEPS];
+    for (int p = 0; p < N_POLICIES; p++)
+        for (int i = 0; i < torch[p].n_step && i < steps; i++) paired[p][i] = torch[p].step[i] / times[i];
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
     double step_s = median(times, steps), ceil_blas = median(ceil_gf, steps), ceil_mpx = median(ceil_op, steps);
@@ -371,13 +499,37 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     mpx_instance *mi = &s.inst[MPX_KIND_MODEL];
     mpx_model_bind fb = { .size = sizeof fb, .weights = s.weights, .grads = mpx_a(NULL, s.grads.t),
                           .offsets = s.offsets, .numel = s.numel };
-    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s, &eval_sum)) {
+    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s, &eval_sum, with_torch ? torch : NULL)) {
         mpx_session_error(&s, MPX_KIND_MODEL, err, sizeof err);
         goto out;
     }
     printf("  evaluation forward (forward-only bind, no dropout, no labels): median %.3f s, %.2f windows/s\n", eval_s,
            BATCH / eval_s);
     bench_profile_print("an evaluation forward's", steps, eval_sum);
+    /* PyTorch's figures: each policy's medians; the table takes the faster policy's */
+    double torch_s = NAN, torch_cpu_s = NAN, torch_eval_s = NAN, torch_eval_cpu_s = NAN, paired_med = NAN;
+    double paired_lo = NAN, paired_hi = NAN;
+    for (int p = 0; with_torch && p < N_POLICIES; p++) {
+        torch_srv *tp = &torch[p];
+        const char *pol = g_policies[p][0] ? g_policies[p] : "unset (PyTorch's default)";
+        if (tp->n_step < steps || tp->n_eval < steps) {
+            printf("  PyTorch alongside, OMP_WAIT_POLICY=%s: %d of %d steps and %d of %d forwards answered; not used\n",
+                   pol, tp->n_step, steps, tp->n_eval, steps);
+            continue;
+        }
+        double tmin_t = tp->step[0];
+        for (int i = 1; i < steps; i++) tmin_t = fmin(tmin_t, tp->step[i]);
+        double st = median(tp->step, steps), sc = median(tp->step_cpu, steps);
+        double ev = median(tp->eval, steps), ec = median(tp->eval_cpu, steps);
+        double pm = median(paired[p], steps), plo = paired[p][0], phi = paired[p][steps - 1];   /* sorted */
+        printf("  PyTorch eager alongside (tests/bench_step_torch.py --serve, OMP_WAIT_POLICY=%s, one of its steps "
+               "after each of these): step median %.3f s (min %.3f), CPU %.3f s; evaluation forward median %.3f s, "
+               "CPU %.3f s; its step / mpx's, step by step: median %.2f (%.2f-%.2f)\n",
+               pol, st, tmin_t, sc, ev, ec, pm, plo, phi);
+        if (isnan(torch_s) || st < torch_s) torch_s = st, paired_med = pm, paired_lo = plo, paired_hi = phi;
+        if (isnan(torch_eval_s) || ev < torch_eval_s) torch_eval_s = ev;
+        if (g_policies[p][0]) torch_cpu_s = sc, torch_eval_cpu_s = ec;   /* passive: waiting threads sleep */
+    }
     printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
            diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
     printf("  counted bytes (peak by role): weights %.1f MiB, grads %.1f, grad_acc %.1f, master %.1f, "
@@ -389,12 +541,15 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
            "op %.1f GFLOP/s\n", CEIL_M, CEIL_N, CEIL_K, steps, ceil_blas, ceil_mpx);
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
            "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f gemm_s=%.5f "
-           "ceil_blas=%.3f ceil_mpx=%.3f\n",
+           "ceil_blas=%.3f ceil_mpx=%.3f torch_s=%.5f torch_cpu_s=%.5f torch_eval_s=%.5f torch_eval_cpu_s=%.5f "
+           "paired=%.4f paired_lo=%.4f paired_hi=%.4f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s, ceil_blas, ceil_mpx);
+           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s, ceil_blas, ceil_mpx, torch_s, torch_cpu_s,
+           torch_eval_s, torch_eval_cpu_s, paired_med, paired_lo, paired_hi);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
+    for (int p = 0; p < N_POLICIES; p++) torch_stop(&torch[p]);
     mpx_session_close(&s);
     unlink(cfg);
     return rc;
@@ -406,7 +561,7 @@ typedef struct result {
     char name[32], prec[32];
     int threads, ok;
     double step_s, min_s, flop, ceiling, gemm_s, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
-    double ceil_blas, ceil_mpx;
+    double ceil_blas, ceil_mpx, paired, paired_lo, paired_hi;
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
@@ -425,13 +580,15 @@ static const char *set_prefix(int set, char *buf, size_t len)
 }
 
 static int run_child(const char *self, const char *name, const char *ckpt, const char *prec,
-                     int steps, const char *plugin_dir, char **ovr, int n_ovr, int set, result *r)
+                     int steps, const char *plugin_dir, char **ovr, int n_ovr, int set, const char *torch_json,
+                     result *r)
 {
     char cmd[8192], pre[128];
     int n = snprintf(cmd, sizeof cmd, "%s'%s' --case %s '%s' %s %d --pad %.17g --plugin-dir '%s'",
                      set_prefix(set, pre, sizeof pre), self, name, ckpt, prec, steps, g_pad, plugin_dir);
     for (int i = 0; i < n_ovr && n < (int)sizeof cmd; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " -s '%s'", ovr[i]);
+    if (torch_json && n < (int)sizeof cmd) snprintf(cmd + n, sizeof cmd - (size_t)n, " --torch '%s'", torch_json);
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->prec, sizeof r->prec, "%s", prec);
@@ -444,52 +601,16 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         char nm[64], pr[64];
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
                          "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf gemm_s=%lf "
-                         "ceil_blas=%lf ceil_mpx=%lf", nm, pr,
+                         "ceil_blas=%lf ceil_mpx=%lf torch_s=%lf torch_cpu_s=%lf torch_eval_s=%lf "
+                         "torch_eval_cpu_s=%lf paired=%lf paired_lo=%lf paired_hi=%lf", nm, pr,
                    &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
                    &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s, &r->gemm_s,
-                   &r->ceil_blas, &r->ceil_mpx) == 17)
+                   &r->ceil_blas, &r->ceil_mpx, &r->torch_s, &r->torch_cpu_s, &r->torch_eval_s,
+                   &r->torch_eval_cpu_s, &r->paired, &r->paired_lo, &r->paired_hi) == 24)
             r->ok = 1;
     }
     int st = pclose(p);
     return st == 0 && r->ok ? 0 : -1;
-}
-
-/* PyTorch eager on the same step with one OpenMP wait policy ("" = PyTorch's default,
- * whose threads spin; "passive" sleeps, which other processes on the cores favour);
- * NaN when it cannot run. */
-static double torch_once(const char *config_json, int threads, int steps, const char *wait, int eval,
-                         double *cpu_s)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s%s timeout 900 python3 tests/bench_step_torch.py --config '%s' --threads %d --steps %d --pad %.17g%s 2>/dev/null",
-             wait[0] ? "OMP_WAIT_POLICY=" : "", wait, config_json, threads, steps, g_pad, eval ? " --eval" : "");
-    fflush(stdout);
-    FILE *p = popen(cmd, "r");
-    if (!p) return NAN;
-    char line[512];
-    double t = NAN, v;
-    *cpu_s = NAN;
-    while (fgets(line, sizeof line, p)) {
-        printf("  %s%s", wait[0] ? "OMP_WAIT_POLICY=passive: " : "", line);
-        if (sscanf(line, eval ? "torch_eval_s %lf" : "torch_step_s %lf", &v) == 1) t = v;
-        if (sscanf(line, eval ? "torch_eval_cpu_s %lf" : "torch_cpu_s %lf", &v) == 1) *cpu_s = v;
-    }
-    if (pclose(p) != 0) t = *cpu_s = NAN;
-    return t;
-}
-
-/* The faster of the two policies: the comparison is against PyTorch at its best here.
- * eval: the evaluation forward under torch.inference_mode() instead of a training step.
- * *cpu_s: the CPU seconds a step under the passive policy (spinning threads would count). */
-static double torch_time(const char *config_json, int threads, int steps, int eval, double *cpu_s)
-{
-    double unused;
-    *cpu_s = NAN;
-    if (system("python3 -c 'import torch, transformers' >/dev/null 2>&1") != 0) return NAN;
-    double a = torch_once(config_json, threads, steps, "", eval, &unused),
-           b = torch_once(config_json, threads, steps, "passive", eval, cpu_s);
-    return isnan(a) ? b : isnan(b) ? a : a < b ? a : b;
 }
 
 /* The 1-minute load average: other processes share the cores, and every figure here
@@ -513,7 +634,9 @@ static void print_row(const result *r)
            r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceil_blas, r->ceil_mpx, 100.0 * gfs / r->ceiling,
            100.0 * r->flop / r->gemm_s * 1e-9 / r->ceiling, mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
     if (isnan(r->torch_s)) printf("        -       -\n");
-    else printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
+    else if (isnan(r->paired)) printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
+    else printf(" %8.3f %6.2fx %5.2fx (%.2f-%.2f)\n", r->torch_s, r->torch_s / r->step_s, r->paired, r->paired_lo,
+                r->paired_hi);
 }
 
 /* ---- are these kernels right? The environment may force OPENBLAS_CORETYPE because an
@@ -652,9 +775,9 @@ static double fma_peak(int threads, const char **isa) { (void)threads; (void)isa
 static void print_tables(result res[N_MODELS][N_PRECS], const char *const *model_names, const char *kernels)
 {
     printf("\n-- OpenBLAS kernels: %s --\n", kernels);
-    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s\n", "model", "precision", "thr",
+    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s %s\n", "model", "precision", "thr",
            "step s", "tok/s", "GEMM GF", "GFLOP/s", "blas GF", "mpx GF", "of ceil", "GEMMs", "act MiB", "RSS MiB",
-           "torch s", "speedup");
+           "torch s", "speedup", "paired (range)");
     for (int m = 0; m < N_MODELS; m++)
         for (int p = 0; p < N_PRECS; p++)
             if (res[m][p].ok) print_row(&res[m][p]);
@@ -754,6 +877,10 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
     result res[3][N_MODELS][N_PRECS];
     memset(res, 0, sizeof res);
     int rc = 0;
+    if (with_torch && system("python3 -c 'import torch, transformers' >/dev/null 2>&1") != 0) {
+        printf("PyTorch or transformers does not import here: no comparison with PyTorch\n");
+        with_torch = 0;
+    }
     printf("one training step (forward + backward + adam, clip 1.0), batch %d x %d, dropout on, "
            "%.0f %% of each window padding (--pad); load average %.2f\n", BATCH, SEQ, 100.0 * g_pad, loadavg());
     for (int m = 0; m < N_MODELS; m++) {
@@ -764,19 +891,19 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         for (int k = 0; k < n_sets; k++)
             for (int p = 0; p < N_PRECS; p++) {
                 result *r = &res[k][m][p];
+                /* PyTorch once per model, alongside the first kernel set's fp32 case: its own
+                 * GEMMs do not read OPENBLAS_CORETYPE */
+                const char *tj = with_torch && k == 0 && p == 0 ? models[m].json : NULL;
                 printf("  [kernels: %s]\n", labels[k]);
                 if (run_child(self, models[m].name, models[m].ckpt, precs[p], models[m].steps, plugin_dir, ovr, n_ovr,
-                              sets[k], r)) {
+                              sets[k], tj, r)) {
                     fprintf(stderr, "bench_step: case %s %s (%s) failed\n", models[m].name, precs[p], labels[k]);
                     rc = 1;
                 }
-                r->torch_s = r->torch_eval_s = r->torch_cpu_s = r->torch_eval_cpu_s = NAN;
+                if (!tj) r->torch_s = r->torch_eval_s = r->torch_cpu_s = r->torch_eval_cpu_s = r->paired = NAN;
             }
-        /* PyTorch once per model: its own GEMMs do not read OPENBLAS_CORETYPE */
         result *r0 = &res[0][m][0];
         if (with_torch && r0->ok) {
-            r0->torch_s = torch_time(models[m].json, r0->threads, models[m].steps, 0, &r0->torch_cpu_s);
-            r0->torch_eval_s = torch_time(models[m].json, r0->threads, models[m].steps, 1, &r0->torch_eval_cpu_s);
             for (int k = 1; k < n_sets; k++) {
                 result *rk = &res[k][m][0];
                 rk->torch_s = r0->torch_s, rk->torch_eval_s = r0->torch_eval_s;
@@ -809,8 +936,10 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
            "the faster of the two; of ceil = GEMM GF / step s / ceiling (the whole step against the ceiling); GEMMs = "
            "GEMM GF / the seconds inside the GEMM ops and the attention op / ceiling (the GEMMs alone, but for the "
            "attention op's softmax and dropout, which run inside it between its GEMMs); act = the model's counted scratch; "
-           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies (measured once per model: "
-           "PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s\n", BATCH * SEQ);
+           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies, one PyTorch process per policy, "
+           "each running one step after each of mpx's timed fp32 steps (measured once per model, beside the first "
+           "kernel set: PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s; paired = the median "
+           "of that policy's step / mpx's step, step by step, and their range\n", BATCH * SEQ);
     json[0] = 0;
     snprintf(json, sizeof json, "%s/config.json", dir);
     unlink(json);
@@ -822,6 +951,7 @@ int main(int argc, char **argv)
 {
     char *ovr[MAX_OVR];
     const char *plugin_dir = "build/plugins";
+    const char *torch_json = NULL;
     int n_ovr = 0, steps = 5, with_torch = 1, kernels = 2, is_case = argc >= 6 && strcmp(argv[1], "--case") == 0;
     if (argc == 2 && strcmp(argv[1], "--corename") == 0) {   /* the kernels, then whether they are right */
         char msg[256];
@@ -832,6 +962,7 @@ int main(int argc, char **argv)
     for (int i = is_case ? 6 : 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-torch") == 0) with_torch = 0;
+        else if (strcmp(argv[i], "--torch") == 0 && i + 1 < argc && is_case) torch_json = argv[++i];
         else if (strcmp(argv[i], "--kernels") == 0 && i + 1 < argc) {
             const char *k = argv[++i];
             kernels = strcmp(k, "env") == 0 ? 0 : strcmp(k, "detected") == 0 ? 1 : strcmp(k, "both") == 0 ? 2 : -1;
@@ -853,7 +984,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (is_case)
-        return run_case(argv[2], argv[3], argv[4], atoi(argv[5]), plugin_dir, (const char *const *)ovr, (size_t)n_ovr);
+        return run_case(argv[2], argv[3], argv[4], atoi(argv[5]), plugin_dir, (const char *const *)ovr, (size_t)n_ovr,
+                        torch_json);
     if (steps < 1) steps = 1;
     return run_all(argv[0], steps, with_torch, kernels, plugin_dir, ovr, n_ovr);
 }

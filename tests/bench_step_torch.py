@@ -14,6 +14,13 @@ torch.inference_mode(), no labels, start/end logits only.
 Prints one line:  torch_step_s MEDIAN (min MIN, threads N, steps K, attn A)
          (--eval) torch_eval_s MEDIAN (...)
 Usage: bench_step_torch.py --config DIR/config.json [--threads N] [--steps K] [--batch B] [--seq S] [--eval]
+
+With --serve it times nothing on its own: after two warm-up training steps and one warm-up
+evaluation forward it prints "ready ..." and then, for each line read on stdin, runs one
+step ("step") or one evaluation forward ("eval") and prints "step WALL CPU" or "eval WALL
+CPU" (seconds; CPU = every thread of this process); "quit" or the end of stdin ends it.
+bench_step.c drives it between its own timed steps, so that the two are timed alternately
+under the same load.
 """
 import argparse
 import statistics
@@ -32,6 +39,7 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--pad", type=float, default=0.0, help="fraction of each window masked (bench_step --pad)")
+    ap.add_argument("--serve", action="store_true", help="time one step or forward per stdin line (above)")
     a = ap.parse_args()
 
     import torch
@@ -66,23 +74,48 @@ def main():
         opt.step()
         return float(out.loss.detach())
 
-    if a.eval:
+    def forward_only():
         model.eval()
+        with torch.inference_mode():
+            out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask)
+            return float(out.start_logits[0, 0])
 
-        def forward_only():
-            with torch.inference_mode():
-                out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask)
-                return float(out.start_logits[0, 0])
+    def timed(fn):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - t0, time.process_time() - c0
 
+    if a.serve:
+        # warm-up: allocations, first-touch, MKL/oneDNN dispatch; two steps where mpx's
+        # case takes one, so that nothing left of PyTorch's start counts against it
+        step()
+        step()
+        forward_only()
+        model.train()
+        print("ready threads %d torch %s" % (torch.get_num_threads(), torch.__version__), flush=True)
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == "step":
+                print("step %.6f %.6f" % timed(step), flush=True)
+            elif cmd == "eval":
+                print("eval %.6f %.6f" % timed(forward_only), flush=True)
+                model.train()
+            elif cmd == "quit":
+                break
+            else:
+                print("error: unknown command %r" % cmd, flush=True)
+                return 1
+        return 0
+
+    if a.eval:
         step = forward_only  # noqa: F811 (the figure is the forward alone)
 
     step()  # warm-up: allocations, first-touch, MKL/oneDNN dispatch
     times, cpu = [], []
     for _ in range(a.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        wall, c = timed(step)
+        times.append(wall)
+        cpu.append(c)
     print("%s %.4f (min %.4f, threads %d, steps %d, attn %s, torch %s)"
           % ("torch_eval_s" if a.eval else "torch_step_s", statistics.median(times), min(times),
              torch.get_num_threads(), a.steps, a.attn, torch.__version__))
