@@ -224,6 +224,7 @@ static int torch_start(torch_srv *t, const char *config_json, int threads, const
         int null = open("/dev/null", O_WRONLY);
         if (dup2(to[0], 0) < 0 || dup2(from[1], 1) < 0 || (null >= 0 && dup2(null, 2) < 0)) _exit(127);
         close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        if (null > 2) close(null);
         execvp("env", args);
         _exit(127);
     }
@@ -424,7 +425,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     ceiling_run(&ce, &unused_gf);   /* warm-up */
     for (int p = 0; with_torch && p < N_POLICIES; p++)
-        if (torch[p].pid > 0 && torch_ready(&torch[p]))
+        if (torch_ready(&torch[p]))
             printf("  PyTorch alongside (OMP_WAIT_POLICY=%s) did not start: tests/bench_step_torch.py --serve\n",
                    g_policies[p][0] ? g_policies[p] : "unset");
     jiffies j0 = { 0, 0 };
