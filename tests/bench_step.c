@@ -976,7 +976,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc) plugin_dir = argv[++i];
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc && n_ovr < MAX_OVR) ovr[n_ovr++] = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--kernels env|detected|both] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...\n");
+            fprintf(stderr, "usage: bench_step [--steps N] [--no-torch] [--kernels env|detected|both] [--pad F] [--plugin-dir DIR] [-s KEY=VALUE]...\n"
+                            "       bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [--torch CONFIG_JSON] [-s KEY=VALUE]...\n");
             return 2;
         }
     }
