@@ -10,7 +10,9 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#if defined(__SSE__)
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
@@ -315,19 +317,84 @@ int cpu_layernorm_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg gamma, const flo
 
 /* ---- softmax with additive mask ---- */
 
+#if defined(__x86_64__) || defined(__i386__)
+/* softmax_row's passes in AVX-512 registers (the loops below run 4 lanes of SSE). The
+ * first: r = scale * x + mask (+ 0 without one: -0 becomes +0), a multiply then an add,
+ * each rounded as the scalar loop rounds it, and the maximum of r. maxps keeps the running
+ * maximum when either is NaN, as row_max does; the maximum of the same values does not
+ * depend on the lanes they went through (but for the sign of a zero maximum, which
+ * exp(r - max) does not see). Returns the elements done, a multiple of 16. */
+__attribute__((target("avx512f"))) static size_t scale_mask_max_avx512(const float *x, const float *mask, float scale,
+                                                                         float *r, size_t n, float *mx)
+{
+    const __m512 s = _mm512_set1_ps(scale);
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    size_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m512 v = _mm512_mul_ps(s, _mm512_loadu_ps(x + c));
+        v = _mm512_add_ps(v, mask ? _mm512_loadu_ps(mask + c) : _mm512_setzero_ps());
+        _mm512_storeu_ps(r + c, v);
+        acc = _mm512_max_ps(v, acc);
+    }
+    float a[16], m = -INFINITY;
+    _mm512_storeu_ps(a, acc);
+    for (int k = 0; k < 16; k++) m = a[k] > m ? a[k] : m;
+    *mx = m;
+    return c;
+}
+
+__attribute__((target("avx512f"))) static size_t scale_avx512(float *r, float inv, size_t n)
+{
+    const __m512 v = _mm512_set1_ps(inv);
+    size_t c = 0;
+    for (; c + 16 <= n; c += 16) _mm512_storeu_ps(r + c, _mm512_mul_ps(_mm512_loadu_ps(r + c), v));
+    return c;
+}
+
+/* softmax_bwd_row's dx = (scale * y) * (dy - dot), each product and difference rounded as
+ * the scalar loop rounds it. */
+__attribute__((target("avx512f"))) static size_t softmax_bwd_avx512(const float *dy, const float *y, float scale,
+                                                                      float dot, float *dx, size_t n)
+{
+    const __m512 s = _mm512_set1_ps(scale), d = _mm512_set1_ps(dot);
+    size_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        _mm512_storeu_ps(dx + c, _mm512_mul_ps(_mm512_mul_ps(s, _mm512_loadu_ps(y + c)),
+                                               _mm512_sub_ps(_mm512_loadu_ps(dy + c), d)));
+    return c;
+}
+#endif
+
 /* Row i of softmax(scale * x + mask[b, :]) into r (fp32); `mask` holds the row's mask
  * row, loaded into it when *mask_row changes. */
 static void softmax_row(const row_job *j, size_t i, const float *x, float *r, float *mask, size_t *mask_row)
 {
     const size_t n = j->cols, b = i / j->heads_rows;
     if (j->aux.p && b != *mask_row) { cpu_load(j->be, j->aux, b * n, n, mask); *mask_row = b; }
-    if (j->aux.p)
-        for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + mask[c];
-    else
-        for (size_t c = 0; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
-    float mx = row_max(r, n);
+    float mx;
+    size_t c = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (j->be->has_avx512) {
+        c = scale_mask_max_avx512(x, j->aux.p ? mask : NULL, j->scale, r, n, &mx);
+        for (size_t t = c; t < n; t++) {
+            r[t] = j->scale * x[t] + (j->aux.p ? mask[t] : 0.0f);
+            mx = r[t] > mx ? r[t] : mx;
+        }
+    } else
+#endif
+    {
+        if (j->aux.p)
+            for (; c < n; c++) r[c] = j->scale * x[c] + mask[c];
+        else
+            for (; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
+        mx = row_max(r, n);
+        c = 0;
+    }
     float inv = 1.0f / cpu_exp_sub_sum(j->be, r, mx, r, n);   /* exp(r - mx), row_sum of it */
-    for (size_t c = 0; c < n; c++) r[c] *= inv;
+#if defined(__x86_64__) || defined(__i386__)
+    c = j->be->has_avx512 ? scale_avx512(r, inv, n) : 0;
+#endif
+    for (; c < n; c++) r[c] *= inv;
 }
 
 static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
@@ -366,7 +433,11 @@ static void softmax_bwd_row(const row_job *j, const float *dy, const float *y, f
 {
     const size_t n = j->cols;
     float dot = row_dot(dy, y, n);
-    for (size_t c = 0; c < n; c++) dx[c] = j->scale * y[c] * (dy[c] - dot);
+    size_t c = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (j->be->has_avx512) c = softmax_bwd_avx512(dy, y, j->scale, dot, dx, n);
+#endif
+    for (; c < n; c++) dx[c] = j->scale * y[c] * (dy[c] - dot);
 }
 
 static void softmax_bwd_rows(void *vj, size_t begin, size_t end)

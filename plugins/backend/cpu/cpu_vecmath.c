@@ -78,12 +78,15 @@ static void philox_lanes_avx2(uint64_t seed, uint32_t site, uint32_t tick, uint6
  * in registers so the words land in stream order (element e = 4 block + word). */
 #define PHILOX_LANES_512 32
 
+/* As mul_hilo, with the odd lanes moved down and the halves put back by dword shuffles
+ * under a lane mask (one shuffle-port uop each) instead of 64-bit shifts and blends: the
+ * shifts and the multiplies share a port on AVX-512, and the shifts kept it busy. */
 __attribute__((target("avx512f")))
 static inline void mul_hilo_512(__m512i c, __m512i m, __m512i *hi, __m512i *lo)
 {
-    __m512i pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    __m512i pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_shuffle_epi32(c, _MM_PERM_DDBB), m);
+    *hi = _mm512_mask_shuffle_epi32(po, 0x5555, pe, _MM_PERM_DDBB);   /* even lanes: pe's high words */
+    *lo = _mm512_mask_shuffle_epi32(pe, 0xAAAA, po, _MM_PERM_CCAA);   /* odd lanes: po's low words */
 }
 
 __attribute__((target("avx512f")))
@@ -111,8 +114,8 @@ static void philox_lanes_avx512(uint64_t seed, uint32_t site, uint32_t tick, uin
             __m512i hi0, lo0, hi1, lo1;
             mul_hilo_512(c0[g], m0, &hi0, &lo0);
             mul_hilo_512(c2[g], m1, &hi1, &lo1);
-            __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1[g]), vk0);
-            __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3[g]), vk1);
+            __m512i n0 = _mm512_ternarylogic_epi32(hi1, c1[g], vk0, 0x96);   /* a ^ b ^ c */
+            __m512i n2 = _mm512_ternarylogic_epi32(hi0, c3[g], vk1, 0x96);
             c0[g] = n0;
             c1[g] = lo1;
             c2[g] = n2;
