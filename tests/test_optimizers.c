@@ -152,6 +152,7 @@ typedef struct run {
     int n_state;
     void *state[MPX_MAX_OPT_STATE];
     float *param;
+    uint32_t flags;       /* mpx_opt_step.flags the steps pass (ABI 1.12) */
 } run;
 
 /* build/plugins/optimizer-PLUGIN.so created under `prec` with its schema defaults and
@@ -211,7 +212,7 @@ static void do_step(run *r, const fixture *f, int t, double base_lr, mpx_dtype s
     mpx_opt_step s = {
         .size = sizeof s, .pieces = pieces, .n_pieces = n_pieces,
         .lr = base_lr * (1.0 + 0.1 * t), .step = t + 1,
-        .param = mpx_a(r->param, MPX_F32), .grad = grad, .update = update,
+        .param = mpx_a(r->param, MPX_F32), .grad = grad, .update = update, .flags = r->flags,
     };
     for (int i = 0; i < r->n_state; i++) s.state[i] = mpx_a(r->state[i], state_t);
     cr_assert_eq(r->vt->step(r->self, r->env, &s), 0, "step %d: %s", t + 1, th_error(r->env));
@@ -255,6 +256,51 @@ Test(lamb, clamps_trust_ratio) { check_trajectory("lamb_tight", whole); }
 /* Each tensor in two pieces, with parameter indices in different norm windows: the
  * trust ratio must still come from whole-tensor norms. */
 Test(lamb, split_pieces_far_indices) { check_trajectory("lamb", (layout){ 1, 700 }); }
+
+/* ---- ABI 1.12: MPX_STEP_ADD_IN_PLACE ----
+ * Where the host's apply_update would add the update into an fp32 param, it grants the
+ * flag and adam and adamw add the update themselves. Two runs of the same steps, one
+ * through apply_update and one granted the flag, must hold bitwise the same param and
+ * state after every step, and the granted one must not call apply_update: its target is a
+ * decoy buffer that has to stay zero. */
+static void check_add_in_place(const char *config, layout lay, mpx_dtype state_t)
+{
+    fixture f = load_fixture(FIXTURE);
+    json_t *c = find_config(&f, config);
+    const char *plugin = json_string_value(json_object_get(c, "plugin"));
+    const char *opts = json_string_value(json_object_get(c, "options"));
+    double lr = json_number_value(json_object_get(c, "lr"));
+    float wd = (float)json_number_value(json_object_get(c, "weight_decay"));
+    run a = start_run(&f, plugin, opts, state_t), b = start_run(&f, plugin, opts, state_t);
+    float *decoy = calloc(f.total, sizeof *decoy);
+    cr_assert(decoy);
+    th_set_update_target(b.env, mpx_a(decoy, MPX_F32), mpx_a(NULL, MPX_F32));
+    b.flags = MPX_STEP_ADD_IN_PLACE;
+    mpx_piece pieces[2 * N_TENSORS];
+    size_t n_pieces = make_pieces(&f, wd, lay, pieces);
+    for (int t = 0; t < f.steps; t++) {
+        do_step(&a, &f, t, lr, state_t, pieces, n_pieces);
+        do_step(&b, &f, t, lr, state_t, pieces, n_pieces);
+        for (size_t i = 0; i < f.total; i++) {
+            cr_assert(memcmp(&a.param[i], &b.param[i], sizeof(float)) == 0,
+                      "%s (optimizer/%s) step %d element %zu: %.9g added in place, %.9g through apply_update", config,
+                      plugin, t + 1, i, (double)b.param[i], (double)a.param[i]);
+            cr_assert(decoy[i] == 0.0f && !signbit(decoy[i]), "%s step %d: apply_update was called (element %zu)",
+                      config, t + 1, i);
+        }
+        for (int k = 0; k < a.n_state; k++)
+            cr_assert(memcmp(a.state[k], b.state[k], f.total * mpx_dtype_size(state_t)) == 0,
+                      "%s step %d: state %d differs", config, t + 1, k);
+    }
+    free(decoy);
+    end_run(&a);
+    end_run(&b);
+    free_fixture(&f);
+}
+
+Test(adam, adds_in_place_as_apply_update_l2_mode) { check_add_in_place("adam_l2", whole, MPX_F32); }
+Test(adam, adds_in_place_as_apply_update_split_bf16_state) { check_add_in_place("adam_default", (layout){ 1, 1 }, MPX_BF16); }
+Test(adamw, adds_in_place_as_apply_update) { check_add_in_place("adamw", whole, MPX_F32); }
 
 static uint16_t bf16_bits(float x)
 {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "session.h"
+#include "shard.h"
 #include "thread_pool.h"
 #include "update_window.h"
 
@@ -74,6 +75,17 @@ int mpx_opt_concurrent(const mpx_session *s)
         return 0;
     if (mpx_session_state_scaled(s)) return 0;
     return !(s->ops && MPX_OPS_HAS(s->ops, flags) && (s->ops->flags & MPX_OPS_DEVICE_MEMORY));
+}
+
+uint32_t mpx_opt_step_flags(const mpx_session *s, int diag_active)
+{
+    if (diag_active || !s->ops || (MPX_OPS_HAS(s->ops, flags) && (s->ops->flags & MPX_OPS_DEVICE_MEMORY))) return 0;
+    /* as host_apply_update: into the master with nearest rounding, else into the weights
+     * with the policy's; apply_update's nearest into fp32 is w + u in fp32 (mpx/ops.h) */
+    int master = s->master.p != NULL;
+    mpx_dtype t = master ? s->master.t : mpx_shard_weights(s).t;
+    mpx_rounding mode = master ? MPX_ROUND_NEAREST : s->prec.rounding;
+    return t == MPX_F32 && mode == MPX_ROUND_NEAREST ? MPX_STEP_ADD_IN_PLACE : 0;
 }
 
 void mpx_opt_threads_free(mpx_opt_threads *t)

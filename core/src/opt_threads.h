@@ -13,7 +13,9 @@
  * reentrant): the threads only record which piece was handed over with which update,
  * and the calling thread applies them afterwards in piece order, through the backend's
  * own threads. A piece's parameter is read only by that piece's update, before it is
- * applied, so applying after the step gives the same values.
+ * applied, so applying after the step gives the same values. Where the host grants
+ * MPX_STEP_ADD_IN_PLACE (mpx_opt_step_flags below), adam and adamw add their updates into
+ * the param on those threads themselves, and nothing is left to apply.
  *
  * Not used (one thread, the step as before) when the optimizer does not declare it
  * (lamb, optimizers older than ABI 1.9), for optimizer state in fp16 or a format (its
@@ -51,6 +53,12 @@ int mpx_opt_threads_count(const mpx_opt_threads *t);
  * Returns the number of pieces written. */
 size_t mpx_split_pieces(const mpx_piece *pieces, size_t n, size_t total, size_t groups, mpx_piece *out,
                         size_t *first, size_t *count);
+
+/* The MPX_STEP_* flags for a step of the session's optimizer (ABI 1.12):
+ * MPX_STEP_ADD_IN_PLACE where apply_update would add the update into an fp32 param with
+ * nearest rounding (the master; fp32 weights under `nearest`), on host memory, and
+ * nothing reads the update afterwards (diag_active: a diagnostics step, which does). */
+uint32_t mpx_opt_step_flags(const mpx_session *s, int diag_active);
 
 /* The optimizer's step st over pieces indexed from `base` of this rank's slice (the
  * update window's start; 0 for the whole shard): on the session's threads when it has

@@ -264,12 +264,12 @@ static int gather_weights(mpx_session *s, char *err, size_t errlen)
     return 0;
 }
 
-static int optimizer_step(mpx_session *s, int64_t update_no, double lr, char *err, size_t errlen)
+static int optimizer_step(mpx_session *s, int64_t update_no, double lr, int diag_active, char *err, size_t errlen)
 {
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = update_no,
                         .param = s->master.p ? s->master : mpx_shard_weights(s),
-                        .grad = s->grad32, .update = s->update };
+                        .grad = s->grad32, .update = s->update, .flags = mpx_opt_step_flags(s, diag_active) };
     for (int i = 0; i < s->n_state; i++) { st.state[i] = s->state[i]; st.state_scale[i] = s->state_scale[i]; }
     if (mpx_opt_run(s, &st, 0, err, errlen)) return -1;
     /* master -> weights with the policy's rounding, then every rank's weights whole again */
@@ -293,7 +293,7 @@ static int update_step(mpx_session *s, const train_cfg *c, double unscale, int64
     if (s->grad32 ? prepare_grad(s, c, unscale, norm, err, errlen) : mpx_update_norm(s, c->clip, norm, &coef, err, errlen))
         return -1;
     if (mpx_diag_before_update(diag, s)) { snprintf(err, errlen, "diagnostics failed"); return -1; }
-    if (!s->upd.on) return optimizer_step(s, update_no, lr, err, errlen);
+    if (!s->upd.on) return optimizer_step(s, update_no, lr, diag && diag->active, err, errlen);
     if (mpx_update_windows(s, coef, update_no, lr, diag, err, errlen)) return -1;
     return gather_weights(s, err, errlen);
 }
@@ -307,7 +307,7 @@ int mpx_train_init_step(mpx_session *s, double lr, char *err, size_t errlen)
     if (s->upd.on) return mpx_update_windows_zero_grad(s, lr, err, errlen);
     mpx_opt_step st = { .size = sizeof st, .pieces = s->pieces, .n_pieces = s->n_pieces,
                         .lr = lr, .step = 1, .param = s->master.p ? s->master : mpx_shard_weights(s),
-                        .grad = s->grad32, .update = s->update };
+                        .grad = s->grad32, .update = s->update, .flags = mpx_opt_step_flags(s, 0) };
     for (int i = 0; i < s->n_state; i++) { st.state[i] = s->state[i]; st.state_scale[i] = s->state_scale[i]; }
     if (s->ops->fill_zero(s->be, s->grad32, s->shard_len * sizeof(float))) {
         snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");

@@ -195,11 +195,12 @@ int mpx_write_back_master(mpx_session *s, size_t base, size_t len, const mpx_pie
 
 /* The optimizer over one window; apply_update indexes from the window (s->upd_base). */
 static int window_step(mpx_session *s, const mpx_update_window *w, const float *grad, int64_t update_no, double lr,
-                       char *err, size_t errlen)
+                       int diag_active, char *err, size_t errlen)
 {
     mpx_arg param = s->master.p ? s->master : mpx_shard_weights(s);
     mpx_opt_step st = { .size = sizeof st, .pieces = s->upd.pieces + w->first, .n_pieces = w->n, .lr = lr,
-                        .step = update_no, .param = mpx_at(param, w->base), .grad = grad, .update = s->update };
+                        .step = update_no, .param = mpx_at(param, w->base), .grad = grad, .update = s->update,
+                        .flags = mpx_opt_step_flags(s, diag_active) };
     for (int i = 0; i < s->n_state; i++) st.state[i] = mpx_at(s->state[i], w->base);
     if (mpx_opt_run(s, &st, w->base, err, errlen)) {
         snprintf(err + strlen(err), errlen - strlen(err), " (update window at element %zu)", w->base);
@@ -234,7 +235,7 @@ int mpx_update_windows(mpx_session *s, double coef, int64_t update_no, double lr
             snprintf(err, errlen, "diagnostics failed (update window at element %zu)", w->base);
             return -1;
         }
-        if (window_step(s, w, g, update_no, lr, err, errlen)) return -1;
+        if (window_step(s, w, g, update_no, lr, diag && diag->active, err, errlen)) return -1;
         if (s->master.p && mpx_write_back_master(s, w->base, w->len, u->pieces + w->first, w->n, s->update)) {
             snprintf(err, errlen, "writing the master weights back failed (update window at element %zu)", w->base);
             return -1;
@@ -263,7 +264,7 @@ int mpx_update_windows_zero_grad(mpx_session *s, double lr, char *err, size_t er
             snprintf(err, errlen, "optimizer init step: zeroing the fp32 gradient failed");
             return -1;
         }
-        if (window_step(s, w, g, 1, lr, err, errlen)) return -1;
+        if (window_step(s, w, g, 1, lr, 0, err, errlen)) return -1;
     }
     return 0;
 }

@@ -39,8 +39,10 @@
  *       attention softmax and its dropout fused, bit for bit the two ops in sequence;
  *  1.11 mpx_ops.attention_fwd / attention_bwd (optional, mpx/ops.h): self-attention's
  *       core (scores, softmax, dropout, context and their gradients) in one op, bit for
- *       bit the GEMMs and row ops it stands for. */
-#define MPX_ABI_MINOR 11
+ *       bit the GEMMs and row ops it stands for;
+ *  1.12 mpx_opt_step.flags (MPX_STEP_ADD_IN_PLACE, mpx/optimizer.h): the host may let the
+ *       optimizer add its fp32 update into an fp32 param itself, bit for bit apply_update. */
+#define MPX_ABI_MINOR 12
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

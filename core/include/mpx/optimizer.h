@@ -1,7 +1,9 @@
 /* Optimizers: the update rule over the pieces of one shard.
  * The optimizer computes an fp32 *update* (the amount to add) for each piece and hands
  * it to host->apply_update, which writes it into the master copy (or the weights) with
- * the policy's rounding, so rounding has one owner. */
+ * the policy's rounding, so rounding has one owner. Where that rounding is a plain fp32
+ * addition, the host may say so (MPX_STEP_ADD_IN_PLACE) and the optimizer adds the update
+ * itself. */
 #ifndef MPX_OPTIMIZER_H
 #define MPX_OPTIMIZER_H
 
@@ -38,7 +40,23 @@ typedef struct mpx_opt_step {
      * and x = value / scale. The optimizer sets the scale of each piece it stores (run
      * state: the host keeps and checkpoints it; 1 at the start). NULL for fp32/bf16. */
     float *state_scale[MPX_MAX_OPT_STATE];
+    /* ---- ABI 1.12 (read only when `size` covers it) ----
+     * MPX_STEP_* bits the host sets for this call; 0 (and every older host) grants nothing. */
+    uint32_t flags;
 } mpx_opt_step;
+
+/* ABI 1.12: apply_update of every piece of this call would be a plain fp32 addition into
+ * `param`: param is fp32 host memory (the master, or fp32 weights), the update is added
+ * as w = w + u rounded to nearest fp32 (no compensation, no random draws), and nothing
+ * reads `update` after the call (no diagnostics on this step). The optimizer may then
+ * add each element's update into param itself, as the one fp32 addition of the value it
+ * would have handed over, and not call apply_update for that piece: the bits are those
+ * of apply_update, and the update's trip through memory (written, read back, param read
+ * again) is saved. The host still owns the rounding: it grants this only where its
+ * rounding is that addition. With MPX_OPT_CONCURRENT the optimizer writes only its own
+ * pieces' param, and reads an element's param only before writing it. An optimizer may
+ * ignore the bit (every one of minor < 12 does); adam and adamw take it. */
+#define MPX_STEP_ADD_IN_PLACE 1u
 
 typedef struct mpx_optimizer_vtable {
     uint32_t size;
@@ -48,7 +66,8 @@ typedef struct mpx_optimizer_vtable {
     int (*n_state)(void *self);
     /* State buffer names for records ("exp_avg", "exp_avg_sq"). */
     const char *(*state_name)(void *self, int i);
-    /* Compute each piece's update and call env->host->apply_update for it. */
+    /* Compute each piece's update and call env->host->apply_update for it (or, where the
+     * host sets MPX_STEP_ADD_IN_PLACE, add it into param directly). */
     int (*step)(void *self, mpx_env *env, const mpx_opt_step *s);
 
     /* ---- ABI 1.6 (read only when `size` covers it) ---- */
@@ -72,7 +91,8 @@ typedef struct mpx_optimizer_vtable {
  * results are bitwise those of one call over all of them. Each call writes only its
  * pieces' update and state, reads `self` only (no mutable state in it), calls no host
  * function but error, ops, precision, format, seed and apply_update, and reads a
- * piece's param only before handing that piece to apply_update: the host applies the
+ * piece's param only before handing that piece to apply_update (or, granted
+ * MPX_STEP_ADD_IN_PLACE, writes only its own pieces' param): the host applies the
  * updates after the calls have returned (the backend's ops are not called from those
  * threads). Implies MPX_OPT_ELEMENTWISE; read only from optimizers of minor 9 or later.
  * The host uses it on host memory only, and not for optimizer state in fp16 or a format

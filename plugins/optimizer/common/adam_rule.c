@@ -41,7 +41,7 @@ typedef struct adam_consts {
  * scaled state (fp16 / format, MS-AMP O2) takes two, as MS-AMP's stage-1 and stage-2
  * kernels do: the update and the new moments' amax first, then the same moments
  * recomputed and stored with the scale that amax gives. */
-enum { PASS_UPDATE_STORE, PASS_UPDATE_AMAX, PASS_STORE };
+enum { PASS_UPDATE_STORE, PASS_UPDATE_AMAX, PASS_STORE, PASS_ADD_STORE /* PASS_UPDATE_STORE adding into param */ };
 
 typedef struct adam_piece {
     const optc_state *st;  /* [2]: exp_avg, exp_avg_sq */
@@ -53,7 +53,8 @@ typedef struct adam_piece {
  * and back) when the pass stores it; a pass that only measures amax leaves it as it is. */
 static float *in_place(const optc_state *st, size_t off, int pass)
 {
-    return pass == PASS_UPDATE_STORE && !st->scales && st->a.t == MPX_F32 ? (float *)st->a.p + off : NULL;
+    int stores = pass == PASS_UPDATE_STORE || pass == PASS_ADD_STORE;
+    return stores && !st->scales && st->a.t == MPX_F32 ? (float *)st->a.p + off : NULL;
 }
 
 /* The rule for one element, shared by every pass: the moments from the gradient g (L2
@@ -89,6 +90,19 @@ static void adam_update_store(const adam_rule *r, const adam_consts *c, float wd
     }
 }
 
+/* The same loop adding each update into the fp32 param where it lies (MPX_STEP_ADD_IN_PLACE):
+ * p = p + u, the fp32 addition apply_update makes, after p's one read for the decay. */
+__attribute__((target_clones("avx2", "default")))
+static void adam_update_add(const adam_rule *r, const adam_consts *c, float wd, size_t n,
+                            const float *restrict grad, float *restrict p, float *restrict m,
+                            float *restrict v)
+{
+    for (size_t i = 0; i < n; i++) {
+        adam_moments(r, wd, grad[i], p[i], &m[i], &v[i]);
+        p[i] += adam_update_of(r, c, wd, m[i], v[i], p[i]);
+    }
+}
+
 static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s,
                        float wd, size_t off, size_t n, adam_piece *ap, int pass)
 {
@@ -101,8 +115,9 @@ static void adam_chunk(const adam_rule *r, const adam_consts *c, const mpx_opt_s
     }
     if (!m) optc_state_load(&ap->st[0], ap->inv[0], off, n, m = mb);
     if (!v) optc_state_load(&ap->st[1], ap->inv[1], off, n, v = vb);
-    if (pass == PASS_UPDATE_STORE) {
-        adam_update_store(r, c, wd, n, grad, p, m, v, s->update + off);
+    if (pass == PASS_ADD_STORE || pass == PASS_UPDATE_STORE) {
+        if (pass == PASS_ADD_STORE) adam_update_add(r, c, wd, n, grad, (float *)s->param.p + off, m, v);
+        else adam_update_store(r, c, wd, n, grad, p, m, v, s->update + off);
         if (m == mb) optc_state_store(&ap->st[0], ap->scale[0], m, off, n);
         if (v == vb) optc_state_store(&ap->st[1], ap->scale[1], v, off, n);
         return;
@@ -129,9 +144,11 @@ static void adam_passes(const adam_rule *r, const adam_consts *c, const mpx_opt_
     }
 }
 
-/* One piece on host memory: the update, and its moments stored back. */
-static void adam_piece_step(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s, const mpx_piece *pc,
-                            const optc_state *st)
+/* One piece on host memory: the update, and its moments stored back. With add_in_place
+ * (MPX_STEP_ADD_IN_PLACE granted, fp32 param) an unscaled state's single pass adds the
+ * update into param; returns whether it did (else the caller hands `update` over). */
+static int adam_piece_step(const adam_rule *r, const adam_consts *c, const mpx_opt_step *s, const mpx_piece *pc,
+                           const optc_state *st, int add_in_place)
 {
     adam_piece ap = { .st = st };
     int scaled = 0;
@@ -141,7 +158,10 @@ static void adam_piece_step(const adam_rule *r, const adam_consts *c, const mpx_
         ap.scale[k] = old;
         scaled |= st[k].scales != NULL;
     }
-    if (!scaled) { adam_passes(r, c, s, pc, &ap, PASS_UPDATE_STORE); return; }
+    if (!scaled) {
+        adam_passes(r, c, s, pc, &ap, add_in_place ? PASS_ADD_STORE : PASS_UPDATE_STORE);
+        return add_in_place;
+    }
     adam_passes(r, c, s, pc, &ap, PASS_UPDATE_AMAX);
     for (int k = 0; k < 2; k++) {
         if (!st[k].scales) continue;
@@ -150,6 +170,7 @@ static void adam_piece_step(const adam_rule *r, const adam_consts *c, const mpx_
     adam_passes(r, c, s, pc, &ap, PASS_STORE);
     for (int k = 0; k < 2; k++)
         if (st[k].scales) st[k].scales[pc->param] = ap.scale[k];
+    return 0;
 }
 
 int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
@@ -170,6 +191,7 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
         .bc2 = (float)optc_bias_correction(r->beta2, s->step, r->bias_correction),
         .neg_lr = (float)-s->lr,
     };
+    const int add_in_place = !dev.on && optc_add_in_place(s);
     for (size_t k = 0; k < s->n_pieces; k++) {
         const mpx_piece *pc = &s->pieces[k];
         if (dev.on) {
@@ -180,8 +202,7 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
             MPX_TRY(env->host->apply_update(env, pc, s->update));
             continue;
         }
-        adam_piece_step(r, &c, s, pc, st);
-        MPX_TRY(env->host->apply_update(env, pc, s->update));
+        if (!adam_piece_step(r, &c, s, pc, st, add_in_place)) MPX_TRY(env->host->apply_update(env, pc, s->update));
     }
     return MPX_OK;
 }

@@ -37,6 +37,12 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n)
 
 static int loadable(mpx_dtype t) { return t == MPX_F32 || t == MPX_BF16 || t == MPX_F16; }
 
+int optc_add_in_place(const mpx_opt_step *s)
+{
+    return s->size >= offsetof(mpx_opt_step, flags) + sizeof s->flags && (s->flags & MPX_STEP_ADD_IN_PLACE) &&
+           s->param.t == MPX_F32 && s->param.p != NULL;
+}
+
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state)
 {
     if (!s || !s->grad || !s->update || !s->param.p)

@@ -25,6 +25,11 @@ void optc_store(const float *src, mpx_arg a, size_t off, size_t n);
  * messages with the plugin's KIND/NAME.) */
 int optc_check_step(mpx_env *env, const mpx_opt_step *s, int n_state);
 
+/* Whether the host granted MPX_STEP_ADD_IN_PLACE for this call (ABI 1.12: a step struct
+ * large enough to hold `flags`) and param is fp32: the update may be added into param
+ * where it lies instead of handed to apply_update. */
+int optc_add_in_place(const mpx_opt_step *s);
+
 /* ---- state in fp16 or any format (ABI 1.8) ----
  * MS-AMP O2's state storage (msamp/optim/adamw.py, LBAdamW.adamw_fn with adamw.cu):
  * a buffer in fp16 or a format holds round(x * scale) with one power-of-two scale per
