@@ -141,7 +141,7 @@ static void bias_add_rows(void *vj, size_t begin, size_t end)
     for (size_t i = begin; i < end; i++) {
         const float *x = row_in(j, j->x, i * j->cols, buf);
         float *r = row_out(j->y, i * j->cols, buf + j->cols);
-        for (size_t c = 0; c < j->cols; c++) r[c] = x[c] + j->vec0[c];
+        cpu_vadd(j->be, x, j->vec0, r, j->cols);
         row_done(j, r, j->y, i * j->cols);
     }
     free(buf);
@@ -172,7 +172,7 @@ static void bias_grad_blocks(void *vj, size_t begin, size_t end)
         size_t r1 = (blk + 1) * CPU_ROW_BLOCK < j->rows ? (blk + 1) * CPU_ROW_BLOCK : j->rows;
         for (size_t i = blk * CPU_ROW_BLOCK; i < r1; i++) {
             const float *dy = row_in(j, j->dy, i * j->cols, r);
-            for (size_t c = 0; c < j->cols; c++) p[c] += dy[c];
+            cpu_vadd(j->be, p, dy, p, j->cols);
         }
     }
     free(r);
@@ -188,7 +188,7 @@ static int reduce_partials(cpu_be *be, const float *partials, size_t n_blocks, s
     else memset(acc, 0, cols * sizeof(float));
     for (size_t blk = 0; blk < n_blocks; blk++) {
         const float *p = partials + (blk * n_vec + which) * cols;
-        for (size_t c = 0; c < cols; c++) acc[c] += p[c];
+        cpu_vadd(be, acc, p, acc, cols);
     }
     cpu_store(be, acc, out, 0, cols);
     return MPX_OK;
@@ -576,7 +576,7 @@ static void softmax_dropout_fwd_rows(void *vj, size_t begin, size_t end)
             cpu_dropout_bits(j->be, words, n, keep_from, bits);
             cpu_dropout_apply_bits(j->be, r, bits, n, s, d);
         } else {
-            cpu_dropout_apply(r, words, n, keep_from, s, d);
+            cpu_dropout_apply(j->be, r, words, n, keep_from, s, d);
         }
         row_done(j, d, j->dx, i * n);
     }
@@ -625,7 +625,7 @@ static void dropout_softmax_bwd_rows(void *vj, size_t begin, size_t end)
             cpu_dropout_apply_bits(j->be, dyd, j->keep + i * j->keep_words, n, s, dp);
         } else {
             cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
-            cpu_dropout_apply(dyd, words, n, keep_from, s, dp);
+            cpu_dropout_apply(j->be, dyd, words, n, keep_from, s, dp);
         }
         if (j->dy.t != MPX_F32) {   /* dropout_bwd's output as it would be stored, in dyd's dtype */
             mpx_arg stored = mpx_a(words, j->dy.t);
@@ -689,7 +689,7 @@ int cpu_attn_dropout_rows(cpu_be *be, mpx_arg y, mpx_arg yd, size_t rows, size_t
             cpu_dropout_apply_bits(be, r, keep + i * ((cols + 31) / 32), cols, s, d);
         } else {
             cpu_philox_words(be, &rng, rng.offset + i * cols, cols, words);
-            cpu_dropout_apply(r, words, cols, keep_from, s, d);
+            cpu_dropout_apply(be, r, words, cols, keep_from, s, d);
         }
         row_done(&j, d, yd, i * cols);
     }
