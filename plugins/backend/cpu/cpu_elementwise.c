@@ -160,6 +160,12 @@ void cpu_vadd(const cpu_be *be, const float *a, const float *b, float *out, size
     for (; i < n; i++) out[i] = a[i] + b[i];
 }
 
+void cpu_vscale(const cpu_be *be, const float *x, float alpha, float *out, size_t n)
+{
+    size_t i = EW_AVX512(be, axpby_avx512(alpha, x, 0.0f, 0, out, n));
+    for (; i < n; i++) out[i] = alpha * x[i];
+}
+
 /* ---- cast, add, axpby, scale ---- */
 
 static void k_copy(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
@@ -208,8 +214,7 @@ int cpu_axpby(void *vbe, float alpha, mpx_arg x, float beta, mpx_arg y, size_t n
 static void k_scale(const ew_job *j, size_t off, size_t n, float *const *in, float *out)
 {
     (void)off; (void)in;
-    size_t i = EW_AVX512(j->be, axpby_avx512(j->alpha, out, 0.0f, 0, out, n));
-    for (; i < n; i++) out[i] *= j->alpha;
+    cpu_vscale(j->be, out, j->alpha, out, n);
 }
 
 int cpu_scale(void *vbe, mpx_arg x, float alpha, size_t n)

@@ -200,8 +200,10 @@ uint32_t cpu_dropout_keep_from(float p);
 float cpu_dropout_scale(float p);
 void cpu_dropout_apply(const cpu_be *be, const float *x, const uint32_t *words, size_t n, uint32_t keep_from,
                        float s, float *out);
-/* out[i] = a[i] + b[i], i < n, in AVX-512 registers when the CPU has them (out may be a or b). */
+/* out[i] = a[i] + b[i], and out[i] = alpha * x[i], i < n, in AVX-512 registers when the
+ * CPU has them (out may be an input). */
 void cpu_vadd(const cpu_be *be, const float *a, const float *b, float *out, size_t n);
+void cpu_vscale(const cpu_be *be, const float *x, float alpha, float *out, size_t n);
 /* The same decisions as bits: bit i % 32 of bits[i / 32] set when element i keeps (the
  * bits past n in the last word 0); and applied from them, bit for bit cpu_dropout_apply. */
 void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_t keep_from, uint32_t *bits);

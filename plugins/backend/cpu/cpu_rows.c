@@ -408,14 +408,6 @@ __attribute__((target("avx512f"))) static size_t scale_mask_max_avx512(const flo
     return c;
 }
 
-__attribute__((target("avx512f"))) static size_t scale_avx512(float *r, float inv, size_t n)
-{
-    const __m512 v = _mm512_set1_ps(inv);
-    size_t c = 0;
-    for (; c + 16 <= n; c += 16) _mm512_storeu_ps(r + c, _mm512_mul_ps(_mm512_loadu_ps(r + c), v));
-    return c;
-}
-
 /* softmax_bwd_row's dx = (scale * y) * (dy - dot), each product and difference rounded as
  * the scalar loop rounds it. */
 __attribute__((target("avx512f"))) static size_t softmax_bwd_avx512(const float *dy, const float *y, float scale,
@@ -453,13 +445,9 @@ static void softmax_row(const row_job *j, size_t i, const float *x, float *r, fl
         else
             for (; c < n; c++) r[c] = j->scale * x[c] + 0.0f;
         mx = row_max(r, n);
-        c = 0;
     }
     float inv = 1.0f / cpu_exp_sub_sum(j->be, r, mx, r, n);   /* exp(r - mx), row_sum of it */
-#if defined(__x86_64__) || defined(__i386__)
-    c = j->be->has_avx512 ? scale_avx512(r, inv, n) : 0;
-#endif
-    for (; c < n; c++) r[c] *= inv;
+    cpu_vscale(j->be, r, inv, r, n);
 }
 
 static void softmax_fwd_rows(void *vj, size_t begin, size_t end)
