@@ -16,7 +16,8 @@
  * by every thread together, into one buffer the pieces share. Then C is cut into pieces,
  * up to LIN_PIECES_PER_THREAD a thread, along M (along N when M has fewer row tiles than
  * there are threads), which the threads take as they come free, each into the A buffer of
- * the slot it holds; each piece runs, outermost first: K blocks (KC) -> pack the piece's rows of A ->
+ * the slot it holds; each piece runs, outermost first: K blocks (KC) -> pack the piece's rows of A
+ * (an fp32 op(A) = A is read where it lies, but for a last partial MR-row panel) ->
  * column blocks (NC: KC x NC of packed B, kept in L2) -> MR-row panels (one A panel,
  * MR x KC, kept in L1) -> NR-column panels -> the MR x NR tile in registers. */
 #include "cpu_internal.h"
@@ -52,23 +53,40 @@
  * 326-337 GFLOP/s (best of 20 calls, four rounds) and 768 x 768 x 1152 A^T B from 265-281
  * to 296-305; 6 to 20 steps ahead measured about the same, KC 256 or 384 and B blocks of
  * 128 K or 512 K floats no better. */
+/* 0: every A panel packed (as before session 21), for comparisons */
+#ifndef LIN_A_IN_PLACE
+#define LIN_A_IN_PLACE 1
+#endif
+
 #ifndef LIN_PREFETCH_AHEAD
 #define LIN_PREFETCH_AHEAD 12
 #endif
 
 enum { LIN_FIRST = 1, LIN_LAST = 2 };
 
-/* acc over kc values of an A panel (ap: l * MR + r) and a B panel (bp: l * NR + j) into
- * the MR x NR tile at c (row stride ldc): acc starts at +0 (LIN_FIRST) or at c's stored
- * running sum; on LIN_LAST c = alpha * acc (+ beta * c when beta != 0), else c = acc. */
-typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, size_t ldc, int mode, float alpha,
-                           float beta);
+/* acc over kc values of an A panel (ap: l * MR + r; or r * lda + l, read in place) and a
+ * B panel (bp: l * NR + j) into the MR x NR tile at c (row stride ldc): acc starts at +0
+ * (LIN_FIRST) or at c's stored running sum; on LIN_LAST c = alpha * acc (+ beta * c when beta != 0), else c = acc. */
+typedef void (*lin_kernel)(int kc, const float *ap, size_t lda, const float *bp, float *c, size_t ldc, int mode,
+                           float alpha, float beta);
 
-#define LIN_TILE(NAME, R, NV, TARGET, VEC, W, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                              \
-    __attribute__((target(TARGET))) static void NAME(int kc, const float *restrict ap, const float *restrict bp,   \
-                                                     float *c, size_t ldc, int mode, float alpha, float beta)      \
+/* Where the tile's A value (r, l) is: in a packed panel (A_ROWS = 0: ap[l MR + r], lda
+ * unused) or, A_ROWS = 1, where an fp32 op(A) = A lies (row r at ap + r lda, its K values
+ * contiguous), which then needs no packing. The tile's FMAs take the same values in the
+ * same order either way, so the bits are the same. Only rows are read in place: an
+ * op(A) = A^T read in place (K value l of the tile's rows at ap + l lda) was 1.2 to 2.3x
+ * slower than packed, its lines lda apart falling into a few L1 sets (on a Xeon, family 6
+ * model 167: 768 x 768 x 1152 A^T B and 3072 x 768 x 1152, calls alternated with the
+ * packed build in one process, operands cold); rows in place took 0.93 to 1.01x the
+ * packed time on the linear layers' six other shapes, bits identical. */
+#define LIN_A(A_ROWS, R, ap, lda, r, l) ((A_ROWS) ? (ap)[(size_t)(r) * (lda) + (l)] : (ap)[(size_t)(l) * (R) + (r)])
+#define LIN_TILE(NAME, A_ROWS, R, NV, TARGET, VEC, W, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                      \
+    __attribute__((target(TARGET))) static void NAME(int kc, const float *restrict ap, size_t lda,                 \
+                                                     const float *restrict bp, float *c, size_t ldc, int mode,     \
+                                                     float alpha, float beta)                                      \
     {                                                                                                              \
         VEC acc[R][NV];                                                                                            \
+        (void)lda;                                                                                                 \
         if (mode & LIN_FIRST) {                                                                                    \
             for (int r = 0; r < (R); r++)                                                                          \
                 for (int v = 0; v < (NV); v++) acc[r][v] = ZERO();                                                 \
@@ -76,13 +94,13 @@ typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, s
             for (int r = 0; r < (R); r++)                                                                          \
                 for (int v = 0; v < (NV); v++) acc[r][v] = LOAD(c + (size_t)r * ldc + (size_t)(v * (W)));          \
         }                                                                                                          \
-        for (int l = 0; l < kc; l++, ap += (R), bp += (NV) * (W)) {                                                \
+        for (int l = 0; l < kc; l++, bp += (NV) * (W)) {                                                           \
             VEC bv[NV];                                                                                            \
             for (int q = 0; q < (NV) * (W); q += 16)                                                               \
                 __builtin_prefetch(bp + LIN_PREFETCH_AHEAD * (NV) * (W) + q, 0, 3);                               \
             for (int v = 0; v < (NV); v++) bv[v] = LOAD(bp + v * (W));                                             \
             for (int r = 0; r < (R); r++) {                                                                        \
-                VEC av = SET1(ap[r]);                                                                              \
+                VEC av = SET1(LIN_A(A_ROWS, R, ap, lda, r, l));                                                    \
                 for (int v = 0; v < (NV); v++) acc[r][v] = FMA(av, bv[v], acc[r][v]);                              \
             }                                                                                                      \
         }                                                                                                          \
@@ -102,20 +120,25 @@ typedef void (*lin_kernel)(int kc, const float *ap, const float *bp, float *c, s
     }
 
 #if defined(__x86_64__) || defined(__i386__)
-CPU_TILE(LIN_TILE, lin512_12x2, 12, 2, CPU_ISA_AVX512)
-CPU_TILE(LIN_TILE, lin256_6x2, 6, 2, CPU_ISA_AVX2)
+#define LIN_TILE_P(NAME, ...) LIN_TILE(NAME, 0, __VA_ARGS__)
+#define LIN_TILE_R(NAME, ...) LIN_TILE(NAME, 1, __VA_ARGS__)
+CPU_TILE(LIN_TILE_P, lin512_12x2, 12, 2, CPU_ISA_AVX512)
+CPU_TILE(LIN_TILE_R, lin512_12x2_r, 12, 2, CPU_ISA_AVX512)
+CPU_TILE(LIN_TILE_P, lin256_6x2, 6, 2, CPU_ISA_AVX2)
+CPU_TILE(LIN_TILE_R, lin256_6x2_r, 6, 2, CPU_ISA_AVX2)
 #endif
 
-/* Tile geometry of an ISA level (cpu_small_gemm_level): MR rows, NR columns. */
-typedef struct lin_isa { int mr, nr; lin_kernel fn; } lin_isa;
+/* Tile geometry of an ISA level (cpu_small_gemm_level): MR rows, NR columns; the kernel
+ * on packed A panels and the one reading A's rows in place. */
+typedef struct lin_isa { int mr, nr; lin_kernel fn, fn_rows; } lin_isa;
 
 static int lin_isa_of(int level, lin_isa *out)
 {
 #if defined(__x86_64__) || defined(__i386__)
     /* 12 x 32 (24 of the 32 zmm registers accumulate) was the fastest of 8 x 48, 12 x 32,
      * 14 x 32 and 6 x 64 on bert-base's and MiniLM's shapes on a Xeon with AVX-512 */
-    if (level >= 2) { *out = (lin_isa){ 12, 32, lin512_12x2 }; return 0; }
-    if (level == 1) { *out = (lin_isa){ 6, 16, lin256_6x2 }; return 0; }
+    if (level >= 2) { *out = (lin_isa){ 12, 32, lin512_12x2, lin512_12x2_r }; return 0; }
+    if (level == 1) { *out = (lin_isa){ 6, 16, lin256_6x2, lin256_6x2_r }; return 0; }
 #endif
     (void)level; (void)out;
     return -1;
@@ -364,56 +387,67 @@ static void pack_b_panels(void *vg, size_t begin, size_t end)
     for (size_t u = begin; u < end; u++) pack_b_panel(g, (int)(u / per_block), (int)(u % per_block));
 }
 
-/* A tile at the edge of C (rows x cols of MR x NR): through a full tile on the stack. */
-static void edge_tile(const lin *g, int kc, const float *ap, const float *bp, float *c, int rows, int cols, int mode)
+/* A tile at the edge of C (rows x cols of MR x NR): through a full tile on the stack.
+ * The A panel is packed (fn, lda unused) or read where it lies (fn_rows, rows = MR). */
+static void edge_tile(const lin *g, lin_kernel fn, int kc, const float *ap, size_t lda, const float *bp, float *c,
+                      int rows, int cols, int mode)
 {
     float t[16 * 64];   /* MR x NR of every ISA's tile fits */
     const int nr = g->isa.nr;
     memset(t, 0, sizeof t);
     if (!(mode & LIN_FIRST) || g->beta != 0.0f)
         for (int r = 0; r < rows; r++) memcpy(t + (size_t)r * nr, c + (size_t)r * g->ldc, (size_t)cols * sizeof(float));
-    g->isa.fn(kc, ap, bp, t, (size_t)nr, mode, g->alpha, g->beta);
+    fn(kc, ap, lda, bp, t, (size_t)nr, mode, g->alpha, g->beta);
     for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * g->ldc, t + (size_t)r * nr, (size_t)cols * sizeof(float));
 }
 
 /* A tile of a 16-bit C (K in one block): computed in an fp32 tile on the stack (C read
  * widened first when beta != 0), then rounded into C, which is what the gemm op's fp32
  * C buffer and its conversion afterwards gave, without the trip through memory. */
-static void tile_16(const lin *g, int kc, const float *ap, const float *bp, int i, int j, int rows, int cols)
+static void tile_16(const lin *g, lin_kernel fn, int kc, const float *ap, size_t lda, const float *bp, int i, int j,
+                    int rows, int cols)
 {
     float t[16 * 64];
     const int nr = g->isa.nr;
     if (g->beta != 0.0f)
         for (int r = 0; r < rows; r++) cpu_load(g->be, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols, t + (size_t)r * nr);
-    g->isa.fn(kc, ap, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta);
+    fn(kc, ap, lda, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta);
     for (int r = 0; r < rows; r++) cpu_store(g->be, t + (size_t)r * nr, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols);
 }
 
 /* Floats of packing buffer a piece of mc rows needs: its A rows of one K block. */
 static size_t piece_floats(const lin *g, int mc) { return (size_t)ceil_to(mc, g->isa.mr) * (size_t)g->kc; }
 
+/* Whether op(A)'s rows are read in place: fp32, op(A) = A (rows contiguous). */
+static int a_in_place(const lin *g) { return LIN_A_IN_PLACE && g->at.t == MPX_F32 && g->a_ks == 1; }
+
 /* C[i0 .. i1) x [j0 .. j1) (j0, j1 multiples of NR or j1 = N), every K block, from the
- * packed B; `abuf` holds piece_floats(i1 - i0). */
+ * packed B; `abuf` holds piece_floats(i1 - i0). With a_in_place, whole MR-row panels of A
+ * are read where they lie and only a last, partial panel is packed (the kernel reads MR
+ * rows). */
 static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
 {
-    const int mr = g->isa.mr, nr = g->isa.nr, mc = i1 - i0;
+    const int mr = g->isa.mr, nr = g->isa.nr, mc = i1 - i0, in_place_a = a_in_place(g);
     for (int p0 = 0; p0 < g->k; p0 += g->kc) {
         int kc = g->k - p0 < g->kc ? g->k - p0 : g->kc;
         int mode = (p0 == 0 ? LIN_FIRST : 0) | (p0 + kc == g->k ? LIN_LAST : 0);
         const float *bblock = g->bpack + (size_t)p0 * (size_t)g->np;   /* K block p0 / KC */
-        pack_a(g, i0, mc, p0, kc, abuf);
+        const int whole = in_place_a ? mc / mr * mr : 0;   /* rows read in place */
+        if (whole < mc) pack_a(g, i0 + whole, mc - whole, p0, kc, abuf + (size_t)whole * (size_t)kc);
         for (int jc = j0; jc < j1; jc += g->nc) {
             int je = j1 - jc < g->nc ? j1 : jc + g->nc;
             for (int ir = 0; ir < mc; ir += mr) {
                 int rows = mc - ir < mr ? mc - ir : mr;
-                const float *ap = abuf + (size_t)ir * (size_t)kc;
+                const int in_place = ir < whole;
+                const lin_kernel fn = in_place ? g->isa.fn_rows : g->isa.fn;
+                const float *ap = in_place ? g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0 : abuf + (size_t)ir * (size_t)kc;
                 float *crow = g->ct.t == MPX_F32 ? g->c + (size_t)(i0 + ir) * g->ldc : NULL;
                 for (int j = jc; j < je; j += nr) {
                     int cols = je - j < nr ? je - j : nr;
                     const float *bp = bblock + (size_t)j * (size_t)kc;
-                    if (!crow) tile_16(g, kc, ap, bp, i0 + ir, j, rows, cols);
-                    else if (rows == mr && cols == nr) g->isa.fn(kc, ap, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
-                    else edge_tile(g, kc, ap, bp, crow + j, rows, cols, mode);
+                    if (!crow) tile_16(g, fn, kc, ap, g->a_rs, bp, i0 + ir, j, rows, cols);
+                    else if (rows == mr && cols == nr) fn(kc, ap, g->a_rs, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
+                    else edge_tile(g, fn, kc, ap, g->a_rs, bp, crow + j, rows, cols, mode);
                 }
             }
         }
