@@ -16,7 +16,7 @@ enum {
 };
 
 static const char *const class_name[N_CLASSES] = {
-    [C_GEMM] = "GEMM, linear layers (batch 1)",
+    [C_GEMM] = "GEMM, linear layers (batch 1, + fused bias)",
     [C_ATTN_GEMM] = "GEMM, attention (QK^T, PV: batched)",
     [C_ATTN_FWD] = "attention core fwd (one op: QK^T, softmax, dropout, PV)",
     [C_ATTN_BWD] = "attention core bwd (one op: dP, dV, softmax bwd, dQ, dK)",
@@ -108,12 +108,13 @@ static void add_shape(const mpx_gemm *g, double dt)
     pthread_mutex_unlock(&sum_mu);
 }
 
-static int w_gemm(void *be, const mpx_gemm *g)
+/* A linear GEMM (gemm_bias: with its bias add, ABI 1.13) timed into the GEMM class and
+ * its shape's row. */
+static int linear_timed(void *be, const mpx_gemm *g, const mpx_arg *bias)
 {
-    if (!enabled || depth || g->batch > 1) TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g));
     if (sync_fn) sync_fn();
     double t0 = now();
-    int rc = real->gemm(be, g);
+    int rc = bias ? real->gemm_bias(be, g, *bias) : real->gemm(be, g);
     if (sync_fn) sync_fn();
     double dt = now() - t0;
     pthread_mutex_lock(&sum_mu);
@@ -122,6 +123,16 @@ static int w_gemm(void *be, const mpx_gemm *g)
     pthread_mutex_unlock(&sum_mu);
     add_shape(g, dt);
     return rc;
+}
+static int w_gemm(void *be, const mpx_gemm *g)
+{
+    if (!enabled || depth || g->batch > 1) TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g));
+    return linear_timed(be, g, NULL);
+}
+static int w_gemm_bias(void *be, const mpx_gemm *g, mpx_arg bias)
+{
+    if (!enabled || depth) TIMED(C_GEMM, real->gemm_bias(be, g, bias));
+    return linear_timed(be, g, &bias);
 }
 static int w_bias_add(void *be, mpx_arg x, mpx_arg b, mpx_arg y, size_t r, size_t c)
 {
@@ -254,6 +265,7 @@ int bench_profile_install(mpx_session *s)
         if (real->attention_fwd) wrapped.attention_fwd = w_attn_fwd;
         if (real->attention_bwd) wrapped.attention_bwd = w_attn_bwd;
     }
+    if (MPX_OPS_HAS(real, gemm_bias) && real->gemm_bias) wrapped.gemm_bias = w_gemm_bias;
     s->ops = &wrapped;
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     opt_rec = *o->rec;

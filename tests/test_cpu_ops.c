@@ -400,6 +400,97 @@ Test(gemm, attention_kernel_is_one_fma_chain_per_element, .timeout = 60)
         }
 }
 
+/* ---- gemm_bias (ABI 1.13): a linear layer's forward, bit for bit gemm then bias_add ----
+ * With fp32 operands the linear kernel adds the bias as it stores C: the reference is the
+ * FMA chain, then the fp32 sum acc + bias[j] rounded once (what bias_add does to an fp32
+ * C). Through OpenBLAS (not the chain) and with 16-bit operands the op must equal the
+ * gemm op followed by the bias_add op. */
+
+typedef struct bias_case { int ta, tb, m, n, k, pad; } bias_case;
+
+/* Elements of C that differ from the reference, for one case (ops_ref: the reference is
+ * the gemm and bias_add ops; otherwise the scalar chain). A, B and bias in `dt`. */
+static long gemm_bias_mismatches(int threads, const char *linear_gemm, const bias_case *c, mpx_dtype dt, int ops_ref,
+                                 uint64_t seed)
+{
+    tb t = tb_open_gemm(threads, "mpx", linear_gemm);
+    int ar = c->ta ? c->k : c->m, ac = c->ta ? c->m : c->k, br = c->tb ? c->n : c->k, bc = c->tb ? c->k : c->n;
+    int lda = ac + c->pad, ldb = bc + c->pad;
+    size_t na = (size_t)ar * (size_t)lda, nb = (size_t)br * (size_t)ldb, nc = (size_t)c->m * (size_t)c->n;
+    mpx_arg A = tb_alloc(&t, dt, na), B = tb_alloc(&t, dt, nb), bias = tb_alloc(&t, dt, (size_t)c->n);
+    mpx_arg C = tb_alloc(&t, MPX_F32, nc), R = tb_alloc(&t, MPX_F32, nc);
+    fill_random(A, na, NULL, seed, -2, 2);
+    fill_random(B, nb, NULL, seed + 1, -2, 2);
+    fill_random(bias, (size_t)c->n, NULL, seed + 2, -3, 3);
+    fill_random(C, nc, NULL, seed + 3, -2, 2);   /* beta 0: C's old values must not matter */
+    mpx_gemm g = { .trans_a = c->ta, .trans_b = c->tb, .m = c->m, .n = c->n, .k = c->k, .alpha = 1.0f, .beta = 0.0f,
+                   .a = A, .lda = lda, .b = B, .ldb = ldb, .c = R, .ldc = c->n, .batch = 1, .compute = MPX_F32 };
+    if (ops_ref) {
+        cr_assert_eq(t.ops->gemm(t.be, &g), 0, "gemm: %s", tb_error(&t));
+        cr_assert_eq(t.ops->bias_add(t.be, R, bias, R, nc / (size_t)c->n, (size_t)c->n), 0, "bias_add: %s", tb_error(&t));
+    } else {
+        gemm_case gc = { c->ta, c->tb, c->m, c->n, c->k, 1, 0, 1.0f, 0.0f };
+        fma_chain_gemm(&gc, A.p, lda, 0, B.p, ldb, 0, R.p, c->n, 0);
+        for (size_t i = 0; i < nc; i++) ((float *)R.p)[i] += ((const float *)bias.p)[i % (size_t)c->n];
+    }
+    g.c = C;
+    cr_assert_eq(t.ops->gemm_bias(t.be, &g, bias), 0, "gemm_bias: %s", tb_error(&t));
+    long bad = 0;
+    for (size_t i = 0; i < nc; i++) bad += memcmp((float *)R.p + i, (float *)C.p + i, sizeof(float)) != 0;
+    tb_close(&t);
+    return bad;
+}
+
+static const bias_case bias_cases[] = {
+    { 0, 1, 150, 97, 130, 0 },    /* x W^T, partial tiles both ways (the bias of a last, narrow tile) */
+    { 0, 1, 37, 70, 1700, 3 },    /* K cut into blocks: the bias on the last block's store only */
+    { 0, 1, 600, 40, 200, 1 },    /* more pieces than threads */
+    { 0, 1, 5, 2, 9, 0 },         /* smaller than one tile */
+    { 0, 0, 50, 130, 100, 2 },    /* op(B) = B */
+    { 1, 0, 97, 64, 300, 0 },     /* op(A) = A^T, packed */
+};
+
+Test(gemm, gemm_bias_is_the_gemm_then_bias_add, .timeout = 120)
+{
+    const char *options[] = { "mpx", "mpx-avx2", "openblas" };
+    const int threads[] = { 1, 2, 3 };
+    for (size_t o = 0; o < 3; o++)
+        for (size_t th = 0; th < 3; th++)
+            for (size_t i = 0; i < sizeof bias_cases / sizeof bias_cases[0]; i++) {
+                const bias_case *c = &bias_cases[i];
+                long bad = gemm_bias_mismatches(threads[th], options[o], c, MPX_F32, o == 2, 1300 + i);
+                cr_expect_eq(bad, 0, "linear_gemm = %s, %d threads, ta=%d tb=%d %dx%dx%d: %ld elements differ from %s",
+                             options[o], threads[th], c->ta, c->tb, c->m, c->n, c->k, bad,
+                             o == 2 ? "gemm then bias_add" : "the FMA chain plus the bias");
+            }
+    /* 16-bit operands and bias: the op's other path, the two ops */
+    for (size_t i = 0; i < sizeof bias_cases / sizeof bias_cases[0]; i++) {
+        long bad = gemm_bias_mismatches(2, "mpx", &bias_cases[i], MPX_BF16, 1, 1400 + i);
+        cr_expect_eq(bad, 0, "bf16, case %zu: %ld elements differ from gemm then bias_add", i, bad);
+    }
+}
+
+Test(gemm, gemm_bias_refuses_what_bias_add_cannot_follow)
+{
+    tb t = tb_open(2);
+    mpx_arg A = tb_alloc(&t, MPX_F32, 64), B = tb_alloc(&t, MPX_F32, 64), C = tb_alloc(&t, MPX_F32, 128);
+    mpx_arg bias = tb_alloc(&t, MPX_F32, 8);
+    mpx_gemm g = { .trans_a = 0, .trans_b = 1, .m = 8, .n = 8, .k = 8, .alpha = 1.0f, .beta = 0.0f, .a = A, .lda = 8,
+                   .b = B, .ldb = 8, .c = C, .ldc = 8, .batch = 1, .compute = MPX_F32 };
+    cr_expect_eq(t.ops->gemm_bias(t.be, &g, bias), 0, "gemm_bias: %s", tb_error(&t));
+    mpx_gemm bad[3] = { g, g, g };
+    bad[0].beta = 1.0f;
+    bad[1].ldc = 16;
+    bad[2].batch = 2;
+    bad[2].stride_a = bad[2].stride_b = 0;
+    bad[2].stride_c = 64;
+    for (int i = 0; i < 3; i++) {
+        cr_expect_neq(t.ops->gemm_bias(t.be, &bad[i], bias), 0, "case %d accepted", i);
+        cr_expect(strstr(tb_error(&t), "gemm_bias") != NULL, "case %d: error names the op: %s", i, tb_error(&t));
+    }
+    tb_close(&t);
+}
+
 /* ---- the linear kernel (option linear_gemm, cpu_gemm_linear.c): every other GEMM has
  * the same contract, whatever the ISA path, the thread count (pieces of C), the tiles at
  * C's edges and K's cut into blocks (K > 768 with beta = 0: the running sum goes through

@@ -381,6 +381,7 @@ int mpx_nonfinite_begin(mpx_session *s, char *err, size_t errlen)
         o->softmax_dropout_fwd = NULL;
         o->dropout_softmax_bwd = NULL;
     }
+    if (MPX_OPS_HAS(o, gemm_bias)) o->gemm_bias = NULL;   /* gemm, then bias_add: each checked */
     active = L;
     return 0;
 }

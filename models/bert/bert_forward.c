@@ -13,8 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
-              float beta, bert_mat c, int batch)
+static mpx_gemm gemm_of(const bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
+                        float beta, bert_mat c, int batch)
 {
     mpx_gemm g = {
         .trans_a = ta, .trans_b = tb, .m = M, .n = N, .k = K, .alpha = alpha, .beta = beta,
@@ -23,6 +23,13 @@ int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_ma
         .c = c.p, .ldc = c.ld, .stride_c = c.stride,
         .batch = batch, .compute = m->dt_gemm,
     };
+    return g;
+}
+
+int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_mat a, bert_mat b,
+              float beta, bert_mat c, int batch)
+{
+    mpx_gemm g = gemm_of(m, ta, tb, M, N, K, alpha, a, b, beta, c, batch);
     return m->ops->gemm(m->be, &g);
 }
 
@@ -38,12 +45,15 @@ static int fill_bias(bert *m, mpx_arg b, mpx_arg y, size_t rows, size_t cols)
  * from y before it rounds its output). With an fp32 y the product needs no rounding of
  * its own, so the GEMM writes it (beta 0) and bias_add rounds the sum once: the same bits
  * (the chain's sum is never -0), one pass over y fewer, and the GEMM may cut K into
- * blocks (it keeps K whole when it reads C). */
+ * blocks (it keeps K whole when it reads C). A backend with gemm_bias (ABI 1.13) does
+ * the two in one op, adding the bias as it stores y: one more pass fewer. */
 int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out)
 {
     if (y.t == MPX_F32) {
-        MPX_TRY(bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in), 0.0f,
-                          bert_mat_of(y, out), 1));
+        mpx_gemm g = gemm_of(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in), 0.0f,
+                             bert_mat_of(y, out), 1);
+        if (MPX_OPS_HAS(m->ops, gemm_bias) && m->ops->gemm_bias) return m->ops->gemm_bias(m->be, &g, bert_w(m, w + 1));
+        MPX_TRY(m->ops->gemm(m->be, &g));
         return m->ops->bias_add(m->be, y, bert_w(m, w + 1), y, (size_t)T, (size_t)out);
     }
     MPX_TRY(fill_bias(m, bert_w(m, w + 1), y, (size_t)T, (size_t)out));

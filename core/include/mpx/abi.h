@@ -41,8 +41,10 @@
  *       core (scores, softmax, dropout, context and their gradients) in one op, bit for
  *       bit the GEMMs and row ops it stands for;
  *  1.12 mpx_opt_step.flags (MPX_STEP_ADD_IN_PLACE, mpx/optimizer.h): the host may let the
- *       optimizer add its fp32 update into an fp32 param itself, bit for bit apply_update. */
-#define MPX_ABI_MINOR 12
+ *       optimizer add its fp32 update into an fp32 param itself, bit for bit apply_update;
+ *  1.13 mpx_ops.gemm_bias (optional, mpx/ops.h): a linear layer's GEMM and its bias add
+ *       in one op, bit for bit gemm then bias_add. */
+#define MPX_ABI_MINOR 13
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -262,6 +262,14 @@ typedef struct mpx_ops {
      * probabilities in backward instead of keeping them. */
     int (*attention_fwd)(void *be, const mpx_attention *a);
     int (*attention_bwd)(void *be, const mpx_attention *a);
+
+    /* ---- ABI 1.13 (read only when `size` covers it; NULL when the backend has none,
+     * and the caller then runs the two ops one after the other) ----
+     * A linear layer's forward, bit for bit gemm(g) then bias_add(g->c, bias, g->c,
+     * g->m, g->n): g->batch must be 1, g->beta 0 and g->ldc g->n (C's rows contiguous,
+     * as bias_add reads them); bias holds g->n values. What is saved is a pass over C:
+     * a backend may add the bias as it stores C's tiles. */
+    int (*gemm_bias)(void *be, const mpx_gemm *g, mpx_arg bias);
 } mpx_ops;
 
 /* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */

@@ -230,6 +230,8 @@ static const mpx_ops cpu_ops = {
     .softmax_dropout_fwd = cpu_softmax_dropout_fwd, .dropout_softmax_bwd = cpu_dropout_softmax_bwd,
     /* ABI 1.11 */
     .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
+    /* ABI 1.13 */
+    .gemm_bias = cpu_gemm_bias,
 };
 
 static const mpx_backend_vtable cpu_vtable = {

@@ -350,3 +350,27 @@ int cpu_gemm(void *vbe, const mpx_gemm *g)
         return gemm_batch_parallel(be, g, &oa, &ob, &oc);
     return gemm_sequential(be, g, &oa, &ob, &oc);
 }
+
+/* The linear kernel adds the bias as it stores C's tiles (fp32 operands, compute and C:
+ * the path cpu_gemm takes to the same kernel, without conversions); any other GEMM is the
+ * gemm op, then bias_add. */
+int cpu_gemm_bias(void *vbe, const mpx_gemm *g, mpx_arg bias)
+{
+    cpu_be *be = vbe;
+    MPX_TRY(check_gemm(be, g));
+    if (g->batch != 1 || g->beta != 0.0f || g->ldc != g->n)
+        return CPU_FAIL(be, "cpu gemm_bias: batch %d, beta %g, ldc %d (n %d): the op takes batch 1, beta 0 and ldc = n",
+                        g->batch, (double)g->beta, g->ldc, g->n);
+    CPU_CHECK(be, "gemm_bias", "bias", bias, (size_t)g->n);
+    if (g->m == 0 || g->n == 0) return MPX_OK;
+    if (be->linear_gemm > 0 && g->k > 0 && !cpu_small_gemm_fits(be, g) && g->compute == MPX_F32 &&
+        g->a.t == MPX_F32 && g->b.t == MPX_F32 && g->c.t == MPX_F32 && bias.t == MPX_F32) {
+        if (cpu_linear_gemm_bias(be, be->pool, g, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, bias.p))
+            return (void)CPU_FAIL(be, "cpu gemm_bias: out of memory for the kernel's packing buffers (m=%d n=%d k=%d)",
+                                  g->m, g->n, g->k),
+                   MPX_ERR_NOMEM;
+        return MPX_OK;
+    }
+    MPX_TRY(cpu_gemm(vbe, g));
+    return cpu_bias_add(vbe, g->c, bias, g->c, (size_t)g->m, (size_t)g->n);
+}

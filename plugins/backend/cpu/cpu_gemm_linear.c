@@ -68,7 +68,7 @@ enum { LIN_FIRST = 1, LIN_LAST = 2 };
  * B panel (bp: l * NR + j) into the MR x NR tile at c (row stride ldc): acc starts at +0
  * (LIN_FIRST) or at c's stored running sum; on LIN_LAST c = alpha * acc (+ beta * c when beta != 0), else c = acc. */
 typedef void (*lin_kernel)(int kc, const float *ap, size_t lda, const float *bp, float *c, size_t ldc, int mode,
-                           float alpha, float beta);
+                           float alpha, float beta, const float *bias);
 
 /* Where the tile's A value (r, l) is: in a packed panel (A_ROWS = 0: ap[l MR + r], lda
  * unused) or, A_ROWS = 1, where an fp32 op(A) = A lies (row r at ap + r lda, its K values
@@ -83,7 +83,7 @@ typedef void (*lin_kernel)(int kc, const float *ap, size_t lda, const float *bp,
 #define LIN_TILE(NAME, A_ROWS, R, NV, TARGET, VEC, W, ZERO, LOAD, SET1, FMA, MUL, ADD, STORE)                      \
     __attribute__((target(TARGET))) static void NAME(int kc, const float *restrict ap, size_t lda,                 \
                                                      const float *restrict bp, float *c, size_t ldc, int mode,     \
-                                                     float alpha, float beta)                                      \
+                                                     float alpha, float beta, const float *bias)                   \
     {                                                                                                              \
         VEC acc[R][NV];                                                                                            \
         (void)lda;                                                                                                 \
@@ -115,6 +115,7 @@ typedef void (*lin_kernel)(int kc, const float *ap, size_t lda, const float *bp,
                 float *p = c + (size_t)r * ldc + (size_t)(v * (W));                                                \
                 VEC x = MUL(al, acc[r][v]);                                                                        \
                 if (beta != 0.0f) x = ADD(x, MUL(bt, LOAD(p)));                                                    \
+                if (bias) x = ADD(x, LOAD(bias + v * (W)));                                                        \
                 STORE(p, x);                                                                                       \
             }                                                                                                      \
     }
@@ -161,6 +162,7 @@ typedef struct lin {
     int np;      /* N rounded up to NR */
     float *bpack;   /* all of op(B), packed: K block kb at kb KC np, its panel jp at + jp NR kc */
     lin_isa isa;
+    const float *bias;   /* N fp32 values added on C's last store (NULL: none) */
 } lin;
 
 static int ceil_to(int x, int q) { return (x + q - 1) / q * q; }
@@ -390,14 +392,19 @@ static void pack_b_panels(void *vg, size_t begin, size_t end)
 /* A tile at the edge of C (rows x cols of MR x NR): through a full tile on the stack.
  * The A panel is packed (fn, lda unused) or read where it lies (fn_rows, rows = MR). */
 static void edge_tile(const lin *g, lin_kernel fn, int kc, const float *ap, size_t lda, const float *bp, float *c,
-                      int rows, int cols, int mode)
+                      int rows, int cols, int mode, const float *bias)
 {
-    float t[16 * 64];   /* MR x NR of every ISA's tile fits */
+    float t[16 * 64], bt[64];   /* MR x NR of every ISA's tile fits; NR bias values */
     const int nr = g->isa.nr;
     memset(t, 0, sizeof t);
     if (!(mode & LIN_FIRST) || g->beta != 0.0f)
         for (int r = 0; r < rows; r++) memcpy(t + (size_t)r * nr, c + (size_t)r * g->ldc, (size_t)cols * sizeof(float));
-    fn(kc, ap, lda, bp, t, (size_t)nr, mode, g->alpha, g->beta);
+    if (bias && cols < nr) {   /* the kernel reads NR values */
+        memset(bt, 0, sizeof bt);
+        memcpy(bt, bias, (size_t)cols * sizeof(float));
+        bias = bt;
+    }
+    fn(kc, ap, lda, bp, t, (size_t)nr, mode, g->alpha, g->beta, bias);
     for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * g->ldc, t + (size_t)r * nr, (size_t)cols * sizeof(float));
 }
 
@@ -411,7 +418,7 @@ static void tile_16(const lin *g, lin_kernel fn, int kc, const float *ap, size_t
     const int nr = g->isa.nr;
     if (g->beta != 0.0f)
         for (int r = 0; r < rows; r++) cpu_load(g->be, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols, t + (size_t)r * nr);
-    fn(kc, ap, lda, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta);
+    fn(kc, ap, lda, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta, NULL);   /* no bias: C is fp32 */
     for (int r = 0; r < rows; r++) cpu_store(g->be, t + (size_t)r * nr, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols);
 }
 
@@ -445,9 +452,10 @@ static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
                 for (int j = jc; j < je; j += nr) {
                     int cols = je - j < nr ? je - j : nr;
                     const float *bp = bblock + (size_t)j * (size_t)kc;
+                    const float *bias = g->bias && (mode & LIN_LAST) ? g->bias + j : NULL;
                     if (!crow) tile_16(g, fn, kc, ap, g->a_rs, bp, i0 + ir, j, rows, cols);
-                    else if (rows == mr && cols == nr) fn(kc, ap, g->a_rs, bp, crow + j, g->ldc, mode, g->alpha, g->beta);
-                    else edge_tile(g, fn, kc, ap, g->a_rs, bp, crow + j, rows, cols, mode);
+                    else if (rows == mr && cols == nr) fn(kc, ap, g->a_rs, bp, crow + j, g->ldc, mode, g->alpha, g->beta, bias);
+                    else edge_tile(g, fn, kc, ap, g->a_rs, bp, crow + j, rows, cols, mode, bias);
                 }
             }
         }
@@ -493,9 +501,16 @@ int cpu_linear_gemm_cuts_k(const mpx_gemm *g) { return g->beta == 0.0f && g->k >
 int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
                     mpx_arg C, int ldc)
 {
+    return cpu_linear_gemm_bias(be, pool, g, A, lda, B, ldb, C, ldc, NULL);
+}
+
+int cpu_linear_gemm_bias(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
+                         mpx_arg C, int ldc, const float *bias)
+{
     if (C.t != MPX_F32 && cpu_linear_gemm_cuts_k(g)) return -1;   /* the running sums need fp32 */
+    if (bias && (C.t != MPX_F32 || g->beta != 0.0f)) return -1;
     lin s = { .be = be, .m = g->m, .n = g->n, .k = g->k, .alpha = g->alpha, .beta = g->beta, .a = A.p, .b = B.p,
-              .at = A, .bt = B, .ct = C,
+              .at = A, .bt = B, .ct = C, .bias = bias,
               .a_rs = g->trans_a ? 1 : (size_t)lda, .a_ks = g->trans_a ? (size_t)lda : 1,
               .b_ks = g->trans_b ? 1 : (size_t)ldb, .b_cs = g->trans_b ? (size_t)ldb : 1, .c = C.t == MPX_F32 ? C.p : NULL,
               .ldc = (size_t)ldc };

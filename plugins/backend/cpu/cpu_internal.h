@@ -96,6 +96,10 @@ size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
  * be->linear_gemm names no kernel this CPU runs. */
 int cpu_linear_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
                     mpx_arg C, int ldc);
+/* The same with `bias` (g->n fp32 values) added to each row of an fp32 C as its tiles
+ * are stored, bit for bit C's store and bias_add after it: beta must be 0. */
+int cpu_linear_gemm_bias(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb,
+                         mpx_arg C, int ldc, const float *bias);
 /* Whether the linear kernel cuts g's K into blocks (beta = 0 and K > its block): a C in
  * fp16/bf16 is then refused (-1), since the running sums go through C in fp32; otherwise
  * such a C is written rounded tile by tile (C read widened when beta != 0). */
@@ -210,6 +214,7 @@ void cpu_dropout_bits(const cpu_be *be, const uint32_t *words, size_t n, uint32_
 void cpu_dropout_apply_bits(const cpu_be *be, const float *x, const uint32_t *bits, size_t n, float s, float *out);
 
 int cpu_gemm(void *be, const mpx_gemm *g);
+int cpu_gemm_bias(void *be, const mpx_gemm *g, mpx_arg bias);
 
 int cpu_bias_add(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
 int cpu_bias_grad(void *be, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate);
