@@ -66,7 +66,9 @@ enum { LIN_FIRST = 1, LIN_LAST = 2 };
 
 /* acc over kc values of an A panel (ap: l * MR + r; or r * lda + l, read in place) and a
  * B panel (bp: l * NR + j) into the MR x NR tile at c (row stride ldc): acc starts at +0
- * (LIN_FIRST) or at c's stored running sum; on LIN_LAST c = alpha * acc (+ beta * c when beta != 0), else c = acc. */
+ * (LIN_FIRST) or at c's stored running sum; on LIN_LAST c = alpha * acc (+ beta * c when
+ * beta != 0) (+ bias[j] when bias is not NULL, beta then 0: the sum rounded once more, as
+ * bias_add after the store), else c = acc. */
 typedef void (*lin_kernel)(int kc, const float *ap, size_t lda, const float *bp, float *c, size_t ldc, int mode,
                            float alpha, float beta, const float *bias);
 
@@ -418,7 +420,8 @@ static void tile_16(const lin *g, lin_kernel fn, int kc, const float *ap, size_t
     const int nr = g->isa.nr;
     if (g->beta != 0.0f)
         for (int r = 0; r < rows; r++) cpu_load(g->be, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols, t + (size_t)r * nr);
-    fn(kc, ap, lda, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta, NULL);   /* no bias: C is fp32 */
+    /* no bias: gemm_bias takes an fp32 C only */
+    fn(kc, ap, lda, bp, t, (size_t)nr, LIN_FIRST | LIN_LAST, g->alpha, g->beta, NULL);
     for (int r = 0; r < rows; r++) cpu_store(g->be, t + (size_t)r * nr, g->ct, (size_t)(i + r) * g->ldc + (size_t)j, (size_t)cols);
 }
 
@@ -447,14 +450,16 @@ static void lin_piece(const lin *g, int i0, int i1, int j0, int j1, float *abuf)
                 int rows = mc - ir < mr ? mc - ir : mr;
                 const int in_place = ir < whole;
                 const lin_kernel fn = in_place ? g->isa.fn_rows : g->isa.fn;
-                const float *ap = in_place ? g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0 : abuf + (size_t)ir * (size_t)kc;
+                const float *ap = in_place ? g->a + (size_t)(i0 + ir) * g->a_rs + (size_t)p0
+                                           : abuf + (size_t)ir * (size_t)kc;
                 float *crow = g->ct.t == MPX_F32 ? g->c + (size_t)(i0 + ir) * g->ldc : NULL;
                 for (int j = jc; j < je; j += nr) {
                     int cols = je - j < nr ? je - j : nr;
                     const float *bp = bblock + (size_t)j * (size_t)kc;
                     const float *bias = g->bias && (mode & LIN_LAST) ? g->bias + j : NULL;
                     if (!crow) tile_16(g, fn, kc, ap, g->a_rs, bp, i0 + ir, j, rows, cols);
-                    else if (rows == mr && cols == nr) fn(kc, ap, g->a_rs, bp, crow + j, g->ldc, mode, g->alpha, g->beta, bias);
+                    else if (rows == mr && cols == nr)
+                        fn(kc, ap, g->a_rs, bp, crow + j, g->ldc, mode, g->alpha, g->beta, bias);
                     else edge_tile(g, fn, kc, ap, g->a_rs, bp, crow + j, rows, cols, mode, bias);
                 }
             }
