@@ -47,6 +47,7 @@ static void edit_record(const char *from, const char *to, const char *metric, do
     /* timing and bookkeeping: never counted */
     json_object_set_new(m, "train_seconds", json_real(123.0));
     json_object_set_new(m, "tokens_per_s", json_real(1.0));
+    json_object_set_new(json_object_get(j, "memory"), "rss_peak_bytes", json_integer(1));
     json_object_set_new(j, "pid", json_integer(1));
     json_object_set_new(j, "started", json_string("1999-01-01T00:00:00Z"));
     json_object_set_new(j, "command", json_string("something else"));
@@ -81,7 +82,13 @@ Test(diff, runs)
     cr_expect(strstr(out, want), "want '%s' in\n%s", want, out);
     cr_expect(!strstr(out, "config run.seed"), "%s", out);
 
-    /* timing, pid, command, machine: printed at most, exit 0 */
+    /* a rerun: the same bits, other times and another peak resident set; exit 0 */
+    snprintf(c, sizeof c, "%s/a-again", dir);
+    toy_run(c, "");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
+    cr_expect(!strstr(out, "metric") && !strstr(out, "loss:"), "%s", out);
+
+    /* timing, peak RSS, pid, command, machine: printed at most, exit 0 */
     snprintf(c, sizeof c, "%s/c", dir);
     edit_record(a, c, NULL, 1);
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);

@@ -49,16 +49,22 @@ static int same_value(json_t *a, json_t *b, double tol)
     return a && b && json_equal(a, b);
 }
 
-/* Keys whose differences are reported but never counted. */
-static int is_timing(const char *key)
+static int ends_with(const char *key, const char *suffix)
 {
-    static const char *const suffixes[] = { "_seconds", "_per_s", "_s", "seconds" };
-    size_t n = strlen(key);
-    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
-        size_t m = strlen(suffixes[i]);
-        if (n >= m && !strcmp(key + n - m, suffixes[i])) return 1;
-    }
-    return 0;
+    size_t n = strlen(key), m = strlen(suffix);
+    return n >= m && !strcmp(key + n - m, suffix);
+}
+
+/* What a record measured of the process rather than computed: reported, never counted.
+ * Two reruns of one configuration give the same bits but other times and another peak
+ * resident set. */
+enum { VIEW_COUNTED, VIEW_TIMING, VIEW_MEASURED };
+static int view_of(const char *key)
+{
+    static const char *const timing[] = { "_seconds", "_per_s", "_s", "seconds" };
+    for (size_t i = 0; i < sizeof timing / sizeof *timing; i++)
+        if (ends_with(key, timing[i])) return VIEW_TIMING;
+    return ends_with(key, "rss_peak_bytes") ? VIEW_MEASURED : VIEW_COUNTED;
 }
 
 static int uncounted_config(const char *key)
@@ -92,8 +98,9 @@ static int diff_flat(printer *p, const char *what, json_t *fa, json_t *fb, doubl
     return n;
 }
 
-/* Scalar metrics and memory counts of a record, flattened; curves left out. */
-static json_t *metric_view(json_t *rec, int timing)
+/* Scalar metrics and memory counts of a record, flattened, of one view_of class; curves
+ * left out. */
+static json_t *metric_view(json_t *rec, int view)
 {
     json_t *flat = json_object(), *out = json_object();
     mpx_json_flatten(json_object_get(rec, "metrics"), "", flat);
@@ -106,7 +113,7 @@ static json_t *metric_view(json_t *rec, int timing)
     json_t *v;
     json_object_foreach(flat, k, v) {
         if (!strcmp(k, "losses")) continue;
-        if (is_timing(k) == timing) json_object_set(out, k, v);
+        if (view_of(k) == view) json_object_set(out, k, v);
     }
     json_decref(flat);
     return out;
@@ -169,12 +176,16 @@ int mpx_diff_runs(const char *a, const char *b, const mpx_diff_opts *o, const ch
     mpx_json_flatten(json_object_get(json_object_get(ra, "config"), "effective"), "", ca);
     mpx_json_flatten(json_object_get(json_object_get(rb, "config"), "effective"), "", cb);
     int n = diff_flat(&p, "config", ca, cb, -1, uncounted_config);
-    json_t *ma = metric_view(ra, 0), *mb = metric_view(rb, 0);
+    json_t *ma = metric_view(ra, VIEW_COUNTED), *mb = metric_view(rb, VIEW_COUNTED);
     n += diff_flat(&p, "metric", ma, mb, o->tol, NULL);
     n += diff_curves(&p, a, ra, b, rb, o->tol);
-    json_t *ta = metric_view(ra, 1), *tb = metric_view(rb, 1);
-    /* timing: shown with a relative change, never counted */
-    if (o->show_timing) diff_flat(&p, "timing", ta, tb, 0, NULL);
+    json_t *ta = metric_view(ra, VIEW_TIMING), *tb = metric_view(rb, VIEW_TIMING);
+    json_t *xa = metric_view(ra, VIEW_MEASURED), *xb = metric_view(rb, VIEW_MEASURED);
+    /* timing and the peak resident set: shown with a relative change, never counted */
+    if (o->show_timing) {
+        diff_flat(&p, "timing", ta, tb, 0, NULL);
+        diff_flat(&p, "measured", xa, xb, 0, NULL);
+    }
     json_t *plugins[2] = { json_object(), json_object() };
     const char *k;
     json_t *v;
@@ -183,6 +194,7 @@ int mpx_diff_runs(const char *a, const char *b, const mpx_diff_opts *o, const ch
     n += diff_flat(&p, "plugin version", plugins[0], plugins[1], -1, NULL);
     for (int i = 0; i < 2; i++) json_decref(plugins[i]);
     json_decref(ca); json_decref(cb); json_decref(ma); json_decref(mb); json_decref(ta); json_decref(tb);
+    json_decref(xa); json_decref(xb);
     json_decref(ra); json_decref(rb);
     return n ? 1 : 0;
 }
