@@ -8,14 +8,27 @@
 #include "squad_metric.h"
 #include "squad_reader.h"
 
+static void usage(FILE *f, const char *argv0)
+{
+    /* argv0 is "squad-eval" when `mpx squad-eval` calls this, else the tool's own path */
+    const char *prog = !argv0 ? "squad-eval" : !strcmp(argv0, "squad-eval") ? "mpx squad-eval" : argv0;
+    fprintf(f, "usage: %s DATA.json PREDICTIONS.json [--per-question OUT.csv]\n"
+               "  the official SQuAD v1.1 evaluation: prints {\"exact_match\": .., \"f1\": ..}\n"
+               "  --per-question: write id,exact_match,f1 for every answered question\n"
+               "  exit 0, 1 on an error (a file unreadable or malformed), 2 on a wrong command line\n", prog);
+}
+
 int mpx_squad_eval_main(int argc, char **argv)
 {
     const char *per_question = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, argc > 0 ? argv[0] : NULL);
+            return 0;
+        }
     if (argc == 5 && !strcmp(argv[3], "--per-question")) per_question = argv[4];
     if (argc != 3 && !per_question) {
-        fprintf(stderr, "usage: %s DATA.json PREDICTIONS.json [--per-question OUT.csv]\n"
-                        "  --per-question: write id,exact_match,f1 for every answered question\n",
-                argc > 0 ? argv[0] : "squad-eval");
+        usage(stderr, argc > 0 ? argv[0] : NULL);
         return 2;
     }
     char err[512];

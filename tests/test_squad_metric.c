@@ -142,6 +142,8 @@ Test(squad_metric, cli_errors, .init = redirect)
 {
     char *usage[] = {"squad-eval", SQUAD_DEV, NULL};
     cr_assert_eq(mpx_squad_eval_main(2, usage), 2);
+    char *help[] = {"squad-eval", "--help", NULL};   /* as the other commands: exit 0 */
+    cr_assert_eq(mpx_squad_eval_main(2, help), 0);
     FILE *f = fopen("build/tests/squad_bad_predictions.json", "w");
     fputs("{\"x\": 1,}", f);
     fclose(f);

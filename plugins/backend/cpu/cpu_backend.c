@@ -23,7 +23,7 @@
 
 static const mpx_option cpu_options[] = {
     { .key = "threads", .type = MPX_OPT_INT, .def = "0", .min = 0, .max = CPU_MAX_THREADS,
-      .help = "threads for OpenBLAS and the backend's own ops; 0 = all available cores" },
+      .help = "threads of the backend's pool, which runs its GEMMs and ops (OpenBLAS runs single-threaded inside it); 0 = all available cores" },
     { .key = "fp8_accumulate", .type = MPX_OPT_CHOICE, .def = "\"fp32\"", .choices = "fp32|h100|h100-fast",
       .help = "accumulation of GEMMs on fp8 inputs: fp32 (OpenBLAS); h100: an H100's tensor cores as mmaemu 0.1.0 "
               "models them (32-product blocks truncated to 13 bits, chains restarted every 128 of K and added in fp32: "
