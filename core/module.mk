@@ -11,7 +11,7 @@ $(BUILD)/git-commit.txt: mpx-git-stamp
 $(BUILD)/obj/core/src/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
 $(BUILD)/obj/core/src/provenance.o: $(BUILD)/git-commit.txt
 LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/shard.c core/src/weight_gather.c core/src/precision_keys.c \
-            core/src/record.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
+            core/src/record.c core/src/notes.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
             core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
             core/src/cmd_check.c core/src/compat.c core/src/check_report.c core/src/cmd_run.c core/src/launch.c core/src/diagnostics.c \
             core/src/format_table.c core/src/scaling.c core/src/update_window.c core/src/opt_threads.c core/src/thread_pool.c

@@ -118,6 +118,26 @@ Test(records, finished_toy_run_learns)
     json_decref(j);
 }
 
+Test(records, notes_are_kept_in_the_record)
+{
+    /* a note printed on stderr (a no_decay pattern that matches nothing) is in run.json too */
+    char *out = tmp_dir();
+    int st = run_toy(out, "", "-s 'optimizer.no_decay=[\"bias\", \"zzz\"]'");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    json_t *j = load_record(out), *notes = json_object_get(j, "notes");
+    cr_assert(json_is_array(notes), "no notes in run.json");
+    cr_expect_eq(json_array_size(notes), 1);
+    cr_expect_str_eq(json_string_value(json_array_get(notes, 0)), "optimizer.no_decay: \"zzz\" matches no parameter");
+    json_decref(j);
+    /* and a run with nothing to say has no "notes" */
+    char *quiet = tmp_dir();
+    st = run_toy(quiet, "", "");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    j = load_record(quiet);
+    cr_expect_null(json_object_get(j, "notes"));
+    json_decref(j);
+}
+
 Test(records, a_run_that_fails_says_why)
 {
     char *out = tmp_dir();

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "notes.h"
 #include "opt_threads.h"
 #include "session.h"
 #include "shard.h"
@@ -31,7 +32,7 @@ static void host_note(mpx_env *env, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "mpx: note: %s: %s\n", impl(env)->label, buf);
+    mpx_note("%s: %s", impl(env)->label, buf);
 }
 
 /* Plain keys live in the plugin's own sub-group; dotted keys are absolute. */

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "notes.h"
+
 /* ---- atomic JSON ------------------------------------------------------------------ */
 
 int mpx_write_json_atomic(const char *path, json_t *j)
@@ -157,11 +159,19 @@ static void disarm_crash(void)
 
 /* ---- the record ------------------------------------------------------------------- */
 
+/* The notes printed so far (notes.h), as "notes", when there are any. */
+static void keep_notes(mpx_record *r)
+{
+    json_t *notes = mpx_notes_copy();
+    if (notes) json_object_set_new(r->root, "notes", notes);
+}
+
 int mpx_record_sync(mpx_record *r)
 {
     char when[32];
     if (!r->json_path[0]) return 0; /* a rank other than 0: no files */
     json_object_set_new(r->root, "updated", json_string(mpx_now_iso(when, sizeof when)));
+    keep_notes(r);
     if (mpx_write_json_atomic(r->json_path, r->root) != 0) return -1;
     if (crash.armed || crash.head) render_crash(r);
     return 0;
@@ -235,6 +245,7 @@ int mpx_record_close(mpx_record *r, const char *status, const char *error)
     json_object_set_new(r->root, "error", error ? json_string(error) : json_null());
     json_object_set_new(r->root, "finished", json_string(mpx_now_iso(when, sizeof when)));
     json_object_set_new(r->root, "updated", json_string(when));
+    keep_notes(r);
     if (r->json_path[0] && mpx_write_json_atomic(r->json_path, r->root) != 0) rc = -1;
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "decay.h"
 #include "memory_plan.h"
 #include "nonfinite.h"
+#include "notes.h"
 #include "session.h"
 #include "shard.h"
 #include "weight_gather.h"
@@ -245,7 +246,7 @@ static int no_decay_flags(mpx_session *s, const mpx_model_vtable *mv, void *mode
         goto out;
     }
     for (size_t i = 0; i < n_sub; i++)
-        if (!matches[i]) fprintf(stderr, "mpx: note: optimizer.no_decay: \"%s\" matches no parameter\n", subs[i]);
+        if (!matches[i]) mpx_note("optimizer.no_decay: \"%s\" matches no parameter", subs[i]);
     rc = 0;
 out:
     free(names);

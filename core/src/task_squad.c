@@ -14,6 +14,7 @@
 #include "../../datasets/squad_reader.h"
 #include "mpx/numerics.h"
 #include "length_group.h"
+#include "notes.h"
 #include "provenance.h"
 #include "task.h"
 
@@ -314,7 +315,7 @@ static int report_skipped(mpx_task *t, squad_task *d, char *err, size_t errlen)
     if (o) json_object_update(o, cuts);
     json_decref(cuts);
     if (fs->n_skipped == 0) {
-        fprintf(stderr, "mpx: note: %s: %s; counted in run.json data_dropped\n", d->train_path, cut + 2);
+        mpx_note("%s: %s; counted in run.json data_dropped", d->train_path, cut + 2);
         return 0;
     }
     json_t *reasons = json_object();
@@ -333,8 +334,8 @@ static int report_skipped(mpx_task *t, squad_task *d, char *err, size_t errlen)
                  d->train_path, fs->n_skipped, n_q, text);
         return -1;
     }
-    fprintf(stderr, "mpx: note: %s: %d of %d training questions skipped (%s)%s; counted in run.json data_dropped\n",
-            d->train_path, fs->n_skipped, n_q, text, cut);
+    mpx_note("%s: %d of %d training questions skipped (%s)%s; counted in run.json data_dropped", d->train_path,
+             fs->n_skipped, n_q, text, cut);
     return 0;
 }
 
@@ -347,7 +348,7 @@ static void report_dev_cut(mpx_task *t, squad_task *d)
     json_t *o = cut[0] ? dropped_split(t, "dev", d->dev_path, d->dev.n_questions) : NULL;
     if (o) json_object_update(o, cuts);
     json_decref(cuts);
-    if (cut[0]) fprintf(stderr, "mpx: note: %s: %s; counted in run.json data_dropped\n", d->dev_path, cut + 2);
+    if (cut[0]) mpx_note("%s: %s; counted in run.json data_dropped", d->dev_path, cut + 2);
 }
 
 static void squad_destroy(mpx_task *t)
