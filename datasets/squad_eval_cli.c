@@ -8,10 +8,10 @@
 #include "squad_metric.h"
 #include "squad_reader.h"
 
-static void usage(FILE *f, const char *argv0)
+/* prog: argv[0], which `mpx squad-eval` sets to "mpx squad-eval" */
+static void usage(FILE *f, const char *prog)
 {
-    /* argv0 is "squad-eval" when `mpx squad-eval` calls this, else the tool's own path */
-    const char *prog = !argv0 ? "squad-eval" : !strcmp(argv0, "squad-eval") ? "mpx squad-eval" : argv0;
+    if (!prog) prog = "squad-eval";
     fprintf(f, "usage: %s DATA.json PREDICTIONS.json [--per-question OUT.csv]\n"
                "  the official SQuAD v1.1 evaluation: prints {\"exact_match\": .., \"f1\": ..}\n"
                "  --per-question: write id,exact_match,f1 for every answered question\n"
@@ -22,7 +22,7 @@ int mpx_squad_eval_main(int argc, char **argv)
 {
     const char *per_question = NULL;
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        if ((!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) && strcmp(argv[i - 1], "--per-question")) {
             usage(stdout, argc > 0 ? argv[0] : NULL);
             return 0;
         }

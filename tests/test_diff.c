@@ -93,6 +93,7 @@ Test(diff, runs)
     edit_record(a, c, NULL, 1);
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, c), 0, "%s", out);
     cr_expect(!strstr(out, "config") && !strstr(out, "metric") && !strstr(out, "loss:"), "%s", out);
+    cr_expect(strstr(out, "measured memory.rss_peak_bytes: ") && strstr(out, " -> 1 ("), "%s", out);
 
     /* a metric within the tolerance, then beyond it */
     edit_record(a, c, "final_loss", 1 + 1e-9);

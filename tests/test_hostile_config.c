@@ -171,3 +171,21 @@ Test(hostile_config, a_mistyped_sweep_axis_plugin_is_an_error_before_any_cell)
     cr_expect(strstr(out, "skipped: comm/nccl not found") != NULL ||
               strstr(out, "skipped: comm/nccl cannot be combined with backend/cpu") != NULL, "%s", out);
 }
+
+Test(hostile_config, strings_that_are_not_utf8_are_refused)
+{
+    /* run.json records UTF-8 only: a Latin-1 byte in a string (here a no_decay pattern and
+     * run.name, in a file) used to make every write of the record fail */
+    char *d = ts_tmpdir("hostile-utf8"), path[512], text[1024];
+    snprintf(path, sizeof path, "%s/latin1.cfg", d);
+    ts_write_file(path, "run = { name = \"caf\xe9\"; };\n"
+                        "optimizer = { no_decay = [ \"bias\", \"LayerNorm\xa0\" ]; };\n");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", path);
+    cr_expect_eq(rc, 1, "%s", out);
+    snprintf(text, sizeof text, "%s:1: 'run.name' is not UTF-8 text (byte 3;", path);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+    snprintf(text, sizeof text, "%s:2: 'optimizer.no_decay[1]' is not UTF-8 text (byte 9;", path);
+    cr_expect(strstr(out, text) != NULL, "no '%s' in\n%s", text, out);
+    /* UTF-8 itself is fine */
+    cr_expect_eq(check("-s 'run.name=\"caf\xc3\xa9\"'"), 0, "%s", out);
+}

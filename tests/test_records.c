@@ -129,6 +129,15 @@ Test(records, notes_are_kept_in_the_record)
     cr_expect_eq(json_array_size(notes), 1);
     cr_expect_str_eq(json_string_value(json_array_get(notes, 0)), "optimizer.no_decay: \"zzz\" matches no parameter");
     json_decref(j);
+    /* a run killed on a signal keeps them too (the record written before the first step) */
+    char *killed = tmp_dir();
+    st = run_toy(killed, "MPX_FAULT_AT_STEP=3", "-s 'optimizer.no_decay=[\"zzz\"]'");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + 6, "status %d", st);
+    j = load_record(killed);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "killed");
+    notes = json_object_get(j, "notes");
+    cr_expect(json_is_array(notes) && json_array_size(notes) == 1, "notes of the killed run");
+    json_decref(j);
     /* and a run with nothing to say has no "notes" */
     char *quiet = tmp_dir();
     st = run_toy(quiet, "", "");

@@ -138,12 +138,28 @@ Test(squad_metric, cli_gold_is_100, .init = redirect)
     cr_assert_stdout_eq_str("{\"exact_match\": 100.0, \"f1\": 100.0}\n");
 }
 
+/* --help, as every other mpx command's: the usage on stdout, named as argv[0] names it
+ * (`mpx squad-eval` passes "mpx squad-eval"), exit 0 */
+Test(squad_metric, cli_help, .init = redirect)
+{
+    char *help[] = {"mpx squad-eval", "--help", NULL};
+    cr_assert_eq(mpx_squad_eval_main(2, help), 0);
+    fflush(stdout);
+    char text[1024] = "";
+    FILE *f = cr_get_redirected_stdout();
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    const char *want = "usage: mpx squad-eval DATA.json PREDICTIONS.json";
+    cr_expect(strncmp(text, want, strlen(want)) == 0, "%s", text);
+}
+
 Test(squad_metric, cli_errors, .init = redirect)
 {
     char *usage[] = {"squad-eval", SQUAD_DEV, NULL};
     cr_assert_eq(mpx_squad_eval_main(2, usage), 2);
-    char *help[] = {"squad-eval", "--help", NULL};   /* as the other commands: exit 0 */
-    cr_assert_eq(mpx_squad_eval_main(2, help), 0);
+    /* "-h" after --per-question is the output file's name, not a request for help */
+    char *dash_h[] = {"squad-eval", SQUAD_DEV, "--per-question", "-h", NULL};
+    cr_assert_eq(mpx_squad_eval_main(4, dash_h), 2);
     FILE *f = fopen("build/tests/squad_bad_predictions.json", "w");
     fputs("{\"x\": 1,}", f);
     fclose(f);

@@ -317,6 +317,11 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
         json_object_set_new(root, "data_files", t.data_files(&t));
         if (t.dropped) json_object_set(root, "data_dropped", t.dropped);
         json_object_set_new(root, "checkpoint_files", checkpoint_files(&s));
+        /* the data's and the checkpoint's notes in run.json before the first step */
+        if (mpx_record_sync(&rec) != 0) {
+            snprintf(err, sizeof err, "cannot write the record %s: %s", rec.json_path, strerror(errno));
+            rc = -1;
+        }
         rc = train ? mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err)
                    : mpx_session_alloc_eval_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #define WHERE_LEN 512
 #define TEXT_LEN 512
@@ -202,6 +203,22 @@ static void check_choice(const check_ctx *x, const mpx_option *o, const config_s
                  allowed, best ? " — did you mean '" : "", best ? best : "", best ? "'?" : "");
 }
 
+/* A string must be UTF-8: it goes into run.json, which holds nothing else. */
+static void check_utf8(const check_ctx *x, const config_setting_t *s)
+{
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)config_setting_get_string(s);
+    utf8proc_int32_t c;
+    utf8proc_ssize_t n = 1;
+    while (p && *p && (n = utf8proc_iterate(p, -1, &c)) > 0) p += n;
+    if (p && *p) {
+        char w[WHERE_LEN], key[TEXT_LEN];
+        where(x, s, w);
+        full_path(s, key, sizeof key);
+        mpx_errs_add(x->e, "%s: '%s' is not UTF-8 text (byte %zu; run.json records UTF-8 only)", w, key,
+                     (size_t)(p - (const utf8proc_uint8_t *)config_setting_get_string(s)));
+    }
+}
+
 static void check_list(const check_ctx *x, const mpx_option *o, config_setting_t *s)
 {
     if (!config_setting_is_list(s) && !config_setting_is_array(s)) { type_error(x, o, s); return; }
@@ -221,6 +238,7 @@ static void check_list(const check_ctx *x, const mpx_option *o, config_setting_t
         scalar.type = o->type == MPX_OPT_STRING_LIST ? MPX_OPT_STRING : MPX_OPT_FLOAT;
         if (scalar.type == MPX_OPT_STRING) {
             if (config_setting_type(item) != CONFIG_TYPE_STRING) type_error(x, &scalar, item);
+            else check_utf8(x, item);
         } else {
             check_number(x, &scalar, item, 0);
         }
@@ -237,6 +255,7 @@ static void check_value(const check_ctx *x, const mpx_option *o, config_setting_
     case MPX_OPT_FLOAT: check_number(x, o, s, 0); break;
     case MPX_OPT_STRING:
         if (config_setting_type(s) != CONFIG_TYPE_STRING) type_error(x, o, s);
+        else check_utf8(x, s);
         break;
     case MPX_OPT_CHOICE: check_choice(x, o, s); break;
     case MPX_OPT_FLOAT_LIST:

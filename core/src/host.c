@@ -27,12 +27,10 @@ static void host_error(mpx_env *env, const char *file, int line, const char *fmt
 
 static void host_note(mpx_env *env, const char *fmt, ...)
 {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    mpx_note_from(impl(env)->label, fmt, ap);
     va_end(ap);
-    mpx_note("%s: %s", impl(env)->label, buf);
 }
 
 /* Plain keys live in the plugin's own sub-group; dotted keys are absolute. */

@@ -42,7 +42,7 @@ static const char usage[] =
     "  squad-eval DATA.json PRED.json     the official SQuAD v1.1 EM/F1 of a predictions file\n"
     "             [--per-question OUT.csv]  (and each answered question's EM/F1)\n"
     "  help                               this text\n"
-"\n"
+    "\n"
     "options of check, run, eval and sweep (--plugin-dir also of plugins):\n"
     "  --plugin-dir DIR    search DIR for plugins first (repeatable); then $MPX_PLUGIN_PATH\n"
     "                      (colon-separated), then <bindir>/../plugins, <bindir>/../lib/mpx\n"
@@ -81,7 +81,10 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "diff")) return mpx_cmd_diff(argc - 2, argv + 2);
     if (!strcmp(cmd, "paired")) return mpx_cmd_paired(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return mpx_cmd_plot(argc - 2, argv + 2);
-    if (!strcmp(cmd, "squad-eval")) return mpx_squad_eval_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "squad-eval")) {
+        argv[1] = (char *)"mpx squad-eval"; /* its usage names the command so */
+        return mpx_squad_eval_main(argc - 1, argv + 1);
+    }
     fprintf(stderr, "mpx: unknown command '%s'\n\n%s", cmd, usage);
     return 2;
 }

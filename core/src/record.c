@@ -18,8 +18,9 @@ int mpx_write_json_atomic(const char *path, json_t *j)
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int saved;
+    errno = 0;   /* jansson sets none for a string that is not UTF-8 */
     if (json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
-        saved = errno ? errno : EIO;
+        saved = errno ? errno : EILSEQ;
         unlink(tmp);
         errno = saved; /* the caller names the file and this errno (e.g. ENOSPC) */
         return -1;
@@ -159,11 +160,14 @@ static void disarm_crash(void)
 
 /* ---- the record ------------------------------------------------------------------- */
 
-/* The notes printed so far (notes.h), as "notes", when there are any. */
+/* The notes printed so far (notes.h), as "notes" (and "notes_dropped": how many more),
+ * when there are any. */
 static void keep_notes(mpx_record *r)
 {
-    json_t *notes = mpx_notes_copy();
+    size_t dropped = 0;
+    json_t *notes = mpx_notes_copy(&dropped);
     if (notes) json_object_set_new(r->root, "notes", notes);
+    if (dropped) json_object_set_new(r->root, "notes_dropped", json_integer((json_int_t)dropped));
 }
 
 int mpx_record_sync(mpx_record *r)

@@ -229,7 +229,8 @@ struct mpx_host {
     /* Sum `n` doubles across all ranks in place (one rank: no-op). ZeRO extends it. */
     int (*allreduce_sum)(mpx_env *env, double *vals, size_t n);
 
-    /* A warning or note for the run's log (plugins never print themselves). */
+    /* A warning or note for the user (plugins never print themselves): the core prints it
+     * on stderr as "mpx: note: LABEL: ..." and keeps it in run.json's "notes". */
     void (*note)(mpx_env *env, const char *fmt, ...) MPX_PRINTF(2, 3);
 
     /* ---- ABI 1.2: number formats and scaling ---- */
