@@ -147,6 +147,25 @@ Test(records, notes_are_kept_in_the_record)
     json_decref(j);
 }
 
+/* The data's notes come after the record is opened (the SQuAD task cuts two questions of
+ * tiny_squad): the record is synced before the first step, so a run killed there has them. */
+Test(records, data_notes_reach_a_run_killed_before_its_first_step)
+{
+    char *out = tmp_dir(), cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPX_FAULT_AT_STEP=0 build/bin/mpx run configs/tiny_squad.cfg --out %s/run >/dev/null 2>&1",
+             out);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + 6, "status %d", st);
+    char path[512];
+    snprintf(path, sizeof path, "%s/run/run.json", out);
+    json_t *j = ts_load_json(path), *notes = json_object_get(j, "notes");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "killed");
+    cr_assert(json_is_array(notes) && json_array_size(notes) >= 1, "no notes in the killed run's record");
+    cr_expect(strstr(json_string_value(json_array_get(notes, 0)), "questions cut to 16 query sub-tokens"), "%s",
+              json_string_value(json_array_get(notes, 0)));
+    json_decref(j);
+}
+
 Test(records, a_run_that_fails_says_why)
 {
     char *out = tmp_dir();
