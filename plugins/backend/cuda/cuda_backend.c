@@ -16,7 +16,7 @@
 
 static const mpx_option cuda_options[] = {
     { .key = "device", .type = MPX_OPT_INT, .def = "-1", .min = -1, .max = 1024,
-      .help = "CUDA device index; -1 = the process's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK) modulo the device count, else 0" },
+      .help = "CUDA device index; -1 = the process's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID, the first one set) modulo the device count, else 0" },
     { .key = "tf32", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
       .help = "let fp32 GEMMs round their inputs to TF32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off, fp32 GEMMs are full fp32" },
 };
