@@ -2,6 +2,8 @@
 $(eval $(call add_test_plugin,incompat_precision,tests/plugins/incompat_precision.c,))
 # The worked example of docs/PRECISION-POLICIES.md (diagnostics test).
 $(eval $(call add_test_plugin,fp16_noscale,tests/plugins/fp16_noscale.c,))
+# A policy naming a loss-scale preset that does not exist (test_loss_scaler).
+$(eval $(call add_test_plugin,bad_preset,tests/plugins/bad_preset.c,))
 # An ABI 1.0 policy with stale bytes where 1.1 put `upstream` (test_upstream).
 $(eval $(call add_test_plugin,abi10_policy,tests/plugins/abi10_policy.c,))
 # An ABI 1.0 precision plugin (1.0 vtable and descriptor sizes): still loads and runs.

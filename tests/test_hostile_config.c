@@ -189,3 +189,16 @@ Test(hostile_config, strings_that_are_not_utf8_are_refused)
     /* UTF-8 itself is fine */
     cr_expect_eq(check("-s 'run.name=\"caf\xc3\xa9\"'"), 0, "%s", out);
 }
+
+Test(hostile_config, a_policy_naming_no_preset_is_refused_by_check_and_named)
+{
+    /* tests/plugins/bad_preset.c gives loss_scale "dynamic": `mpx check` used to pass it and
+     * `mpx run` then blamed precision.loss_scale, a key the config does not set */
+    int rc = check("--plugin-dir build/test-plugins -s 'precision.plugin=\"bad-preset\"'");
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "precision/bad-preset: its descriptor's loss_scale \"dynamic\" is not a loss-scale preset ("),
+              "%s", out);
+    /* the same key set in the config wins, and a preset there is fine */
+    rc = check("--plugin-dir build/test-plugins -s 'precision.plugin=\"bad-preset\"' -s 'precision.loss_scale=\"pytorch\"'");
+    cr_expect_eq(rc, 0, "%s", out);
+}

@@ -23,6 +23,18 @@ static const preset presets[] = {
     { "deepspeed-zero-keys", MPX_SCALER_DEEPSPEED, 16, 1000, 2, 1.0, 1 },
 };
 
+int mpx_scaler_known(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof presets / sizeof *presets; i++)
+        if (strcmp(presets[i].name, name) == 0) return 1;
+    return 0;
+}
+
+const char *mpx_scaler_names(void)
+{
+    return "none, static, pytorch, deepspeed-fp16-optimizer, deepspeed-zero, deepspeed-zero-keys";
+}
+
 static void apply_overrides(mpx_loss_scaler *ls, const mpx_config *cfg)
 {
     int64_t power = -1, window = 0, hysteresis = 0;
@@ -48,8 +60,7 @@ int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_config *cfg
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (strcmp(presets[i].name, name) == 0) p = &presets[i];
     if (!p) {
-        snprintf(err, errlen, "precision.loss_scale: unknown preset \"%s\" (none, static, pytorch, "
-                 "deepspeed-fp16-optimizer, deepspeed-zero, deepspeed-zero-keys)", name);
+        snprintf(err, errlen, "precision.loss_scale: unknown preset \"%s\" (%s)", name, mpx_scaler_names());
         return -1;
     }
     snprintf(ls->preset, sizeof ls->preset, "%s", p->name);

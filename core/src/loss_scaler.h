@@ -38,6 +38,10 @@ typedef struct mpx_loss_scaler {
     int64_t overflows;
 } mpx_loss_scaler;
 
+/* Whether `name` is a loss-scale preset, and the presets' names ("none, static, ..."). */
+int mpx_scaler_known(const char *name);
+const char *mpx_scaler_names(void);
+
 /* The preset's values, then the precision group's overrides (initial_scale_power,
  * loss_scale_window, hysteresis, min_loss_scale; 0 / -1 keep the preset's). cfg may be
  * NULL: the preset alone. */

@@ -7,6 +7,7 @@
 
 #include "core_schema.h"
 #include "decay.h"
+#include "loss_scaler.h"
 #include "memory_plan.h"
 #include "nonfinite.h"
 #include "notes.h"
@@ -173,6 +174,12 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
     if (p->rec->desc.abi_minor < 8 || s->prec.size < sizeof s->prec) s->prec.opt_state_sq = MPX_DTYPE_NONE;
     s->prec.size = sizeof s->prec;
     if (mpx_precision_apply_overrides(s->cfg, &s->fmts, &s->prec, err, errlen)) return -1;
+    /* the preset is the policy's unless precision.loss_scale (a checked choice) names one */
+    if (s->prec.loss_scale && !mpx_scaler_known(s->prec.loss_scale)) { /* NULL: "none" */
+        snprintf(err, errlen, "%s: its descriptor's loss_scale \"%s\" is not a loss-scale preset (%s)", p->env.label,
+                 s->prec.loss_scale, mpx_scaler_names());
+        return -1;
+    }
     mpx_scaling_free(&s->scaling);
     free(s->param_gemm);
     s->param_gemm = NULL;
