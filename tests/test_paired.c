@@ -180,6 +180,16 @@ Test(paired, note_names_a_plugin_at_another_version)
     cr_assert_eq(mpx_paired_compare(a, 1, other, 1, 100, 1, &r, err, sizeof err), 0, "%s", err);
     snprintf(want, sizeof want, "backend cpu 1.0.0 in %s, 1.4.1 in %s", p[0], p[2]);
     cr_assert_str_eq(r.build_note, want);
+    /* a group that mixes two versions of its own plugin, against a group of another plugin
+     * (a policy rebuilt between seeds): the first record of A names no bf16-master */
+    char p5[PATH_MAX];
+    put_build(dir, "old/bf16_2", "b2", "1.0.0", "bf16-master", "1.2.0");
+    snprintf(p5, sizeof p5, "%s/old/bf16_2", dir);
+    const char *mixed[] = { p[1], p5 };
+    cr_assert_eq(mpx_paired_compare(a, 1, mixed, 2, 100, 1, &r, err, sizeof err), 0, "%s", err);
+    snprintf(want, sizeof want, "precision bf16-master 1.1.0 in %s, 1.2.0 in %s", p[1], p5);
+    cr_assert_str_eq(r.build_note, want);
+    ts_sh(NULL, 0, "rm -rf %s", p5);
     /* within a group too, and on the CLI: the note after the table on stderr, the JSON flag */
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired %s %s --vs %s 2>&1", p[1], p[2], p[0]), 0, "%s", out);
     snprintf(want, sizeof want, "mpx paired: note: the runs differ in plugin versions (backend cpu 1.0.0 "

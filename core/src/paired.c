@@ -198,29 +198,44 @@ static int build_read(const char *dir, build *b)
     return ok;
 }
 
-/* out: "" when all runs with a record agree, else the first difference from the first
- * record: a plugin of the same kind and name at another version ("backend cpu 1.0.0 in A,
- * 1.4.1 in B; ..."). A kind one record lacks has "" there, which matches no name. */
+/* out: "" when every plugin the runs' records name has one version across them, else the
+ * first difference found: a plugin of some kind and name at another version than in the
+ * first record naming it ("backend cpu 1.0.0 in A, 1.4.1 in B; ..."), within a group or
+ * between the groups. Plugins of other names (fp32 against bf16-master) are what is
+ * compared, not a build. */
 static void build_note(const char *const *a, size_t n_a, const char *const *b, size_t n_b, char *out, size_t len)
 {
+    enum { MAX_NAMES = 16 };
+    struct { build b; const char *dir; } first[MAX_NAMES]; /* the first record naming each plugin */
+    size_t n_first = 0;
     out[0] = 0;
-    build ref, x;
-    const char *ref_dir = NULL;
-    for (size_t i = 0; i < n_a + n_b; i++) {
+    for (size_t i = 0; i < n_a + n_b && !out[0]; i++) {
         const char *dir = i < n_a ? a[i] : b[i - n_a];
-        if (!build_read(dir, ref_dir ? &x : &ref)) continue;
-        if (!ref_dir) { ref_dir = dir; continue; }
+        build x;
+        if (!build_read(dir, &x)) continue;
         size_t used = 0;
         for (size_t k = 0; k < N_BUILD_KINDS && used < len; k++) {
-            /* another plugin of a kind (fp32 against bf16-master) is what is compared, not a build */
-            size_t name_len = strcspn(ref.v[k], " ");
-            if (!strcmp(ref.v[k], x.v[k]) || name_len != strcspn(x.v[k], " ") || strncmp(ref.v[k], x.v[k], name_len))
+            size_t name_len = strcspn(x.v[k], " ");
+            if (!x.v[k][0]) continue;
+            size_t f = 0;
+            while (f < n_first && !(strcspn(first[f].b.v[k], " ") == name_len &&
+                                    !strncmp(first[f].b.v[k], x.v[k], name_len)))
+                f++;
+            if (f == n_first) {   /* the first record naming this plugin */
+                if (n_first < MAX_NAMES) {
+                    first[n_first].b = x;
+                    first[n_first].dir = dir;
+                    for (size_t o = 0; o < N_BUILD_KINDS; o++)
+                        if (o != k) first[n_first].b.v[o][0] = 0;   /* this entry stands for kind k only */
+                    n_first++;
+                }
                 continue;
+            }
+            if (!strcmp(first[f].b.v[k], x.v[k])) continue;
             int w = snprintf(out + used, len - used, "%s%s %s in %s, %s in %s", used ? "; " : "", build_kinds[k],
-                             ref.v[k], ref_dir, x.v[k] + name_len + 1, dir);
+                             first[f].b.v[k], first[f].dir, x.v[k] + name_len + 1, dir);
             used = w < 0 ? len : used + (size_t)w;
         }
-        if (out[0]) return;
     }
 }
 

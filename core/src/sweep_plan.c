@@ -111,9 +111,11 @@ static int missing_plugins(const mpx_config *raw, const mpx_session *s, char *wh
         if (!mpx_plugin_name_known((mpx_kind)k, name)) {
             const char *best = mpx_plugin_name_suggest(&s->reg, (mpx_kind)k, name);
             snprintf(why, len, "%s.plugin = \"%s\": no %s plugin of that name is installed or known "
-                     "(installed: %s)%s%s%s", mpx_kind_name((mpx_kind)k), name, mpx_kind_name((mpx_kind)k),
+                     "(installed: %s)%s%s%s; a plugin of your own: give its folder with --plugin-dir or "
+                     "$MPX_PLUGIN_PATH (searched: %s)", mpx_kind_name((mpx_kind)k), name, mpx_kind_name((mpx_kind)k),
                      mpx_registry_names(&s->reg, (mpx_kind)k, names, sizeof names),
-                     best ? " — did you mean '" : "", best ? best : "", best ? "'?" : "");
+                     best ? " — did you mean '" : "", best ? best : "", best ? "'?" : "",
+                     mpx_registry_dirs_text(&s->reg, dirs, sizeof dirs));
             return -1;
         }
         size_t used = strlen(why);
