@@ -1,10 +1,11 @@
 # The core: the mpx binary (CLI) over libmpx.a (session, loader, host, records, loop).
 # A record's git_commit: HEAD, with "-dirty" when the sources that go into the binaries
-# (core/, plugins/, the makefiles) differ from it. The stamp file is rewritten only when
+# (core/, plugins/, the makefiles) differ from it, a new file there included (a plugin
+# added in the tree; git's ignored files are not). The stamp file is rewritten only when
 # that changes, and provenance.o is rebuilt when the stamp is (a commit, a checkout, an
 # edit or its revert), so a binary never carries the commit of an older build.
 GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)$(shell \
-    git rev-parse --verify -q HEAD >/dev/null 2>&1 && ! git diff --quiet HEAD -- core plugins Makefile 2>/dev/null && echo -dirty)
+    git rev-parse --verify -q HEAD >/dev/null 2>&1 && test -n "`git status --porcelain -- core plugins Makefile 2>/dev/null`" && echo -dirty)
 $(BUILD)/git-commit.txt: mpx-git-stamp
 	@mkdir -p $(@D); echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
 .PHONY: mpx-git-stamp
