@@ -81,6 +81,15 @@ Test(diff, runs)
     snprintf(want, sizeof want, "loss: first parts at step %zu ", first);
     cr_expect(strstr(out, want), "want '%s' in\n%s", want, out);
     cr_expect(!strstr(out, "config run.seed"), "%s", out);
+    cr_expect(!strstr(out, "precision "), "one policy, one descriptor: %s", out);
+
+    /* another policy: its descriptor's differences, each a line, counted */
+    char e[PATH_MAX];
+    snprintf(e, sizeof e, "%s/e", dir);
+    toy_run(e, "-s 'precision.plugin=\"pure-bf16\"'");
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx diff %s %s", a, e), 1);
+    cr_expect(strstr(out, "precision weights: fp32 -> bf16\n") && strstr(out, "precision islands: [\"layernorm\""),
+              "%s", out);
 
     /* a rerun: the same bits, other times and another peak resident set; exit 0 */
     snprintf(c, sizeof c, "%s/a-again", dir);

@@ -11,10 +11,12 @@ static const char diff_usage[] =
     "usage: mpx diff A B [--tol REL] [--all]\n"
     "  A and B are two run folders (holding run.json) or two sweep folders (cells paired by\n"
     "  their axis values). Prints only what differs: configuration keys (config.effective),\n"
-    "  metrics with their relative change, and for the loss curves the first step where they\n"
-    "  part by more than REL (relative, default 1e-6) and the largest gap. Timing, the peak\n"
-    "  resident set, output paths and run.name are shown for two runs (for two sweeps only\n"
-    "  with --all) but never counted: two reruns of one configuration are equal.\n"
+    "  the effective precision descriptor (\"precision\" lines: dtypes, islands, loss-scale\n"
+    "  preset, rounding), metrics with their relative change, and for the loss curves the\n"
+    "  first step where they part by more than REL (relative, default 1e-6) and the largest\n"
+    "  gap. Timing, the peak resident set, output paths and run.name are shown for two runs\n"
+    "  (for two sweeps only with --all) but never counted: two reruns of one configuration\n"
+    "  on one machine are equal.\n"
     "  Exit 0 equal within tolerance, 1 different, 2 error.\n";
 
 int mpx_cmd_diff(int argc, char **argv)

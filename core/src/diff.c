@@ -176,6 +176,14 @@ int mpx_diff_runs(const char *a, const char *b, const mpx_diff_opts *o, const ch
     mpx_json_flatten(json_object_get(json_object_get(ra, "config"), "effective"), "", ca);
     mpx_json_flatten(json_object_get(json_object_get(rb, "config"), "effective"), "", cb);
     int n = diff_flat(&p, "config", ca, cb, -1, uncounted_config);
+    /* the effective precision descriptor: what the policy and the precision.* keys made of
+     * the run (a policy rebuilt with other dtypes and the same version shows here) */
+    json_t *pa = json_object(), *pb = json_object();
+    mpx_json_flatten(json_object_get(ra, "precision"), "", pa);
+    mpx_json_flatten(json_object_get(rb, "precision"), "", pb);
+    n += diff_flat(&p, "precision", pa, pb, -1, NULL);
+    json_decref(pa);
+    json_decref(pb);
     json_t *ma = metric_view(ra, VIEW_COUNTED), *mb = metric_view(rb, VIEW_COUNTED);
     n += diff_flat(&p, "metric", ma, mb, o->tol, NULL);
     n += diff_curves(&p, a, ra, b, rb, o->tol);
