@@ -191,6 +191,10 @@ Test(matrix, a_key_an_older_record_lacks_matches_only_its_default)
                  "%s", out);
     /* EM 1, 2, 3, 4: mean 2.5, s = 1.291, t(0.975, 3) = 3.182 -> 3.182 * 1.291 / 2 = 2.054 */
     cr_expect(strstr(out, "| fp32 | 2.5 ± 2.054 (n=4) |"), "%s", out);
+    /* the defaults come from the plugins mpx run would load: --plugin-dir as there */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EM "
+                       "--plugin-dir build/test-plugins 2>&1", dir), 0, "%s", out);
+    cr_expect(strstr(out, "| fp32 | 2.5 ± 2.054 (n=4) |"), "%s", out);
     put_run(dir, "fp32_5", "fp32", 5, 1e-4, "finished", NULL, 5, 50);
     add_key(dir, "fp32_5", "optimizer", "adam", "anyprecision", "true");
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric EM 2>&1", dir), 2);

@@ -12,6 +12,7 @@
 
 static const char matrix_usage[] =
     "usage: mpx matrix DIR --rows KEY [--cols KEY] --metric M[,M...] [--format md|csv|json]\n"
+    "                  [--paired ROW [--resamples N]] [--plugin-dir DIR]...\n"
     "  a table of the run records in the sweep folder DIR (every DIR/*/run.json): one row per\n"
     "  value of the configuration key --rows, one column per value of --cols (e.g.\n"
     "  precision.plugin, zero.plugin; keys of config.effective). M is a name in run.json's\n"
@@ -27,6 +28,8 @@ static const char matrix_usage[] =
     "  EM and F1 points with a 95% bootstrap interval (--resamples N, default 10000; seed 1),\n"
     "  each row's seeds averaged per question, and the seed-to-seed sd beside it; after the\n"
     "  table, a note on stderr for each row whose runs name a plugin at other versions.\n"
+    "  --plugin-dir DIR: search DIR first for the plugins whose option defaults a record of an\n"
+    "  older mpx lacks (as for mpx run; a plugin of your own).\n"
     "  Exit 0, or 2 on errors.\n";
 
 /* A row or column value as the tables show it: strings without their quotes. */
@@ -114,8 +117,18 @@ int mpx_cmd_matrix(int argc, char **argv)
 {
     const char *dir = NULL, *rows = NULL, *cols = NULL, *metric = NULL, *format = "md", *paired = NULL;
     const char *resamples_text = "10000";
+    const char *plugin_dirs[16];
+    size_t n_dirs = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--plugin-dir") && i + 1 < argc) {
+            if (n_dirs == sizeof plugin_dirs / sizeof *plugin_dirs) {
+                fprintf(stderr, "mpx matrix: at most %zu --plugin-dir\n", n_dirs);
+                return 2;
+            }
+            plugin_dirs[n_dirs++] = argv[++i];
+            continue;
+        }
         const char **slot = !strcmp(a, "--rows") ? &rows : !strcmp(a, "--cols") ? &cols
                           : !strcmp(a, "--metric") || !strcmp(a, "--metrics") ? &metric
                           : !strcmp(a, "--format") ? &format : !strcmp(a, "--paired") ? &paired
@@ -149,7 +162,7 @@ int mpx_cmd_matrix(int argc, char **argv)
     }
     /* the installed plugins, for their keys' defaults (records of an older mpx lack new keys) */
     mpx_session s;
-    int have_plugins = mpx_session_open(&s, NULL, 0) == 0;
+    int have_plugins = mpx_session_open(&s, n_dirs ? plugin_dirs : NULL, n_dirs) == 0;
     mpx_matrix m;
     char err[8192];
     int built = mpx_matrix_build(&m, dir, rows, cols, metric, have_plugins ? &s.reg : NULL, err, sizeof err);

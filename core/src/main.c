@@ -32,7 +32,7 @@ static const char usage[] =
     "  matrix DIR --rows KEY [--cols KEY] a table of run.json metrics over a sweep folder (mean\n"
     "         --metric M[,M...]           ± 95% interval over seeds); --paired ROW: each row\n"
     "         [--format md|csv|json]      against ROW on the same questions (bootstrap)\n"
-    "         [--paired ROW]\n"
+    "         [--paired ROW] [--plugin-dir DIR]\n"
     "  diff A B [--tol REL] [--all]       config keys, metrics and loss curves that differ between\n"
     "                                     two runs or two sweeps (exit 0 same, 1 different)\n"
     "  paired RUN... --vs RUN...          B - A in EM/F1 on the same questions, with a seeded\n"
