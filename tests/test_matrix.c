@@ -261,3 +261,22 @@ Test(matrix, final_loss_mean_of_an_older_record_is_its_last_200_finite_losses)
     cr_expect_eq(stat_of(json_array_get(cells, 0), "final_loss_mean", "n"), 2);
     json_decref(m);
 }
+
+/* A plugin's own option as a column, over runs of which some selected another plugin:
+ * those show "—" in that column instead of stopping the table (a policy's option against
+ * fp32 runs). */
+Test(matrix, a_plugin_option_is_not_applicable_to_runs_of_other_plugins)
+{
+    char *dir = ts_tmpdir("matrix-na"), out[8192];
+    cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx run configs/toy.cfg --out %s/fp32 >/dev/null 2>&1 && "
+                       "build/bin/mpx run configs/toy.cfg -s 'precision.plugin=\"amp\"' --out %s/amp16 >/dev/null 2>&1 && "
+                       "build/bin/mpx run configs/toy.cfg -s 'precision.plugin=\"amp\"' -s 'precision.amp.dtype=\"bf16\"' "
+                       "--out %s/amp-bf16 >/dev/null 2>&1", dir, dir, dir), 0);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols precision.amp.dtype "
+                       "--metric accuracy 2>&1", dir), 0, "%s", out);
+    cr_expect(strstr(out, "| precision.plugin \\ precision.amp.dtype | bf16 | fp16 | \u2014 |"), "%s", out);
+    cr_expect(strstr(out, "| fp32 | \u2014 | \u2014 | "), "%s", out);
+    /* a key no run has is still an error */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols precision.amp.dtyp "
+                       "--metric accuracy 2>&1", dir), 2, "%s", out);
+}

@@ -127,13 +127,38 @@ static int load_runs(mpx_matrix *m, const char *dir, char *err, size_t errlen)
     return 0;
 }
 
-/* The value of `key` for every run; an error names the first run lacking it. */
+/* The value shown for such a key: one shared string, borrowed as key_values' other values
+ * are (the tables print strings without their quotes). */
+static json_t *not_applicable(void)
+{
+    static json_t *na;
+    if (!na) na = json_string("\u2014");
+    return na;
+}
+
+/* Whether `key` is an option of a plugin the run did not select: "KIND.NAME.option" where
+ * the record's KIND.plugin names another plugin (a precision policy's own option, in a row
+ * of fp32 runs). */
+static int other_plugins_key(json_t *rec, const char *key)
+{
+    const char *dot = strchr(key, '.'), *dot2 = dot ? strchr(dot + 1, '.') : NULL;
+    if (!dot2 || (size_t)(dot - key) > 64) return 0;
+    char sel[80];
+    snprintf(sel, sizeof sel, "%.*s.plugin", (int)(dot - key), key);
+    json_t *chosen = mpx_run_config_value(rec, sel);
+    const char *name = json_string_value(chosen);
+    return name && (strlen(name) != (size_t)(dot2 - dot - 1) || strncmp(name, dot + 1, (size_t)(dot2 - dot - 1)));
+}
+
+/* The value of `key` for every run ("—" where it is an option of a plugin the run did not
+ * select); an error names the first run lacking it otherwise. */
 static json_t **key_values(const mpx_matrix *m, const char *key, char *err, size_t errlen)
 {
     json_t **v = calloc(m->n_runs, sizeof *v);
     if (!v) { snprintf(err, errlen, "out of memory"); return NULL; }
     for (size_t r = 0; r < m->n_runs; r++) {
         v[r] = key ? mpx_run_config_value(m->runs[r].rec, key) : json_null();
+        if (!v[r] && other_plugins_key(m->runs[r].rec, key)) v[r] = not_applicable();
         if (!v[r]) {
             snprintf(err, errlen, "%s/run.json: no configuration key '%s' in config.effective "
                      "(keys are dotted, e.g. precision.plugin)", m->runs[r].dir, key);
