@@ -191,4 +191,11 @@ Test(loader, mpx_plugins_compat_is_generated_from_declarations)
                           "with optimizer/sgd: test plugin: momentum SGD is declared unsupported"), "%s", out);
     cr_expect(strstr(out, "| fp32 | ok | ok | ok | ok |"), "%s", out);
     cr_expect(strstr(out, "incompatible pair"), "%s", out);
+    /* where nvcc built backend/cuda and comm/nccl: a precision policy with nccl fails only
+     * under the default cpu backend, so it is "ok" with a note naming backend/cuda; cpu with
+     * nccl is a real "no" */
+    if (strstr(out, "| cpu | cuda |") && strstr(out, " nccl |")) {
+        cr_expect(strstr(out, "precision/fp32 + comm/nccl: ok with backend/cuda (with the default: "), "%s", out);
+        cr_expect(strstr(out, "backend/cpu + comm/nccl: comm/nccl cannot be combined with backend/cpu"), "%s", out);
+    }
 }
