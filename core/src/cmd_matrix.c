@@ -51,6 +51,21 @@ static const char **finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c,
     return d;
 }
 
+/* The row whose --rows value reads `base`, or -1 with an error naming the rows there are. */
+static long base_row(const mpx_matrix *m, const char *base)
+{
+    size_t nr = json_array_size(m->rows);
+    char text[256], rows[1024] = "";
+    for (size_t r = 0; r < nr; r++) {
+        value_text(json_array_get(m->rows, r), text, sizeof text);
+        if (!strcmp(text, base)) return (long)r;
+        size_t used = strlen(rows);
+        snprintf(rows + used, sizeof rows - used, "%s%s", r ? ", " : "", text);
+    }
+    fprintf(stderr, "mpx matrix: --paired %s: no row has %s = %s (the rows: %s)\n", base, m->row_key, base, rows);
+    return -1;
+}
+
 static int paired_table(const mpx_matrix *m, const char *base, size_t resamples, FILE *f)
 {
     size_t nr = json_array_size(m->rows), nc = json_array_size(m->cols), b = nr;
@@ -170,6 +185,10 @@ int mpx_cmd_matrix(int argc, char **argv)
     m.reg = NULL;
     if (built) {
         fprintf(stderr, "mpx matrix: %s\n", err);
+        mpx_matrix_free(&m);
+        return 2;
+    }
+    if (paired && base_row(&m, paired) < 0) {   /* before the table, not after it */
         mpx_matrix_free(&m);
         return 2;
     }
