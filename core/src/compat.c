@@ -57,12 +57,15 @@ int mpx_compat_print(mpx_session *s, FILE *f)
                     }
                     /* one other plugin of a third kind may be all the pair needs */
                     const char *with = NULL;
-                    int kc = 0;
-                    for (kc = 0; kc < MPX_KIND_COUNT && !with; kc++) {
+                    int with_kind = 0;
+                    for (int kc = 0; kc < MPX_KIND_COUNT && !with; kc++) {
                         if (kc == ka || kc == kb) continue;
                         for (size_t c = 0; c < mpx_registry_count(&s->reg, (mpx_kind)kc) && !with; c++) {
                             const char *cn = mpx_registry_get(&s->reg, (mpx_kind)kc, c)->desc.name;
-                            if (pair_ok(s, ka, a, kb, b, kc, cn, again, sizeof again)) with = cn;
+                            if (pair_ok(s, ka, a, kb, b, kc, cn, again, sizeof again)) {
+                                with = cn;
+                                with_kind = kc;
+                            }
                         }
                     }
                     if (with) {
@@ -70,7 +73,7 @@ int mpx_compat_print(mpx_session *s, FILE *f)
                         size_t used = strlen(notes);
                         snprintf(notes + used, sizeof notes - used, "[%d] %s/%s + %s/%s: ok with %s/%s (with the "
                                  "default: %s)\n", n_notes, mpx_kind_name((mpx_kind)ka), a,
-                                 mpx_kind_name((mpx_kind)kb), b, mpx_kind_name((mpx_kind)(kc - 1)), with, why);
+                                 mpx_kind_name((mpx_kind)kb), b, mpx_kind_name((mpx_kind)with_kind), with, why);
                         continue;
                     }
                     n_bad++;
