@@ -65,7 +65,7 @@ $(BUILD)/tests/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(2)) $(BUILD)/lib/libmpx.a
 	$$(CC) -o $$@ $$(filter %.o,$$^) $(BUILD)/lib/libmpx.a $(3) $(CRITERION_LIBS) $(PKG_LIBS) -ldl -lm -lpthread
 endef
 
-include $(sort $(wildcard core/*.mk datasets/*.mk plugins/*/*/module.mk models/*/module.mk tests/*.mk))
+include $(sort $(wildcard core/*.mk core/*/module.mk datasets/*.mk plugins/*/*/module.mk models/*/module.mk tests/*.mk))
 
 # Plugin objects are compiled with hidden visibility; everything else is not.
 $(BUILD)/obj/plugins/%.o $(BUILD)/obj/models/%.o $(BUILD)/obj/tests/plugins/%.o: CFLAGS += $(PLUGIN_CFLAGS)

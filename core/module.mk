@@ -1,4 +1,5 @@
-# The core: the mpx binary (CLI) over libmpx.a (session, loader, host, records, loop).
+# The core: the mpx binary (core/cli/main.c) over libmpx.a (every other file of the layers
+# under core/: cli, analysis, sweep, tasks, engine, config, record; see core/README.md).
 # A record's git_commit: HEAD, with "-dirty" when the sources that go into the binaries
 # (core/, plugins/, the makefiles) differ from it, a new file there included (a plugin
 # added in the tree; git's ignored files are not). The stamp file is rewritten only when
@@ -9,14 +10,10 @@ GIT_COMMIT := $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown
 $(BUILD)/git-commit.txt: mpx-git-stamp
 	@mkdir -p $(@D); echo '$(GIT_COMMIT)' | cmp -s - $@ || echo '$(GIT_COMMIT)' > $@
 .PHONY: mpx-git-stamp
-$(BUILD)/obj/core/src/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
-$(BUILD)/obj/core/src/provenance.o: $(BUILD)/git-commit.txt
-LIB_SRCS += core/src/registry.c core/src/host.c core/src/session.c core/src/shard.c core/src/weight_gather.c core/src/precision_keys.c \
-            core/src/record.c core/src/notes.c core/src/loss_scaler.c core/src/task_toy.c core/src/task_squad.c core/src/length_group.c core/src/train.c core/src/train_state.c core/src/nonfinite.c core/src/memory_plan.c \
-            core/src/schedule_glue.c core/src/provenance.c core/src/cli.c core/src/cmd_plugins.c \
-            core/src/cmd_check.c core/src/compat.c core/src/check_report.c core/src/cmd_run.c core/src/launch.c core/src/diagnostics.c \
-            core/src/format_table.c core/src/scaling.c core/src/update_window.c core/src/opt_threads.c core/src/thread_pool.c
-CORE_SRCS += core/src/main.c
+$(BUILD)/obj/core/record/provenance.o: EXTRA_CFLAGS += -DMPX_GIT_COMMIT='"$(GIT_COMMIT)"'
+$(BUILD)/obj/core/record/provenance.o: $(BUILD)/git-commit.txt
+# Each layer's folder adds its sources (core/*/module.mk); main.c alone is not in libmpx.a.
+CORE_SRCS += core/cli/main.c
 
 # make install PREFIX=...: the binary, the plugins (lib/mpx), the ABI headers and mpx.pc,
 # so a plugin can be built out of tree: cc -shared -fPIC $(pkg-config --cflags mpx) ...

@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/src/session.h"
-#include "../core/src/train.h"
+#include "../core/engine/session.h"
+#include "../core/engine/train.h"
 #include "bench_util.h"
 
 #define BATCH 1

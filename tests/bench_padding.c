@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../core/src/length_group.h"
+#include "../core/tasks/length_group.h"
 #include "../datasets/squad_features.h"
 #include "mpx/numerics.h"
 

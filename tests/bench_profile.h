@@ -8,7 +8,7 @@
 #ifndef MPX_BENCH_PROFILE_H
 #define MPX_BENCH_PROFILE_H
 
-#include "../core/src/session.h"
+#include "../core/engine/session.h"
 
 /* Call after mpx_session_start and before mpx_session_alloc_state (the model binds
  * there and keeps the table it is given). Returns 0. */

@@ -42,8 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/src/session.h"
-#include "../core/src/train.h"
+#include "../core/engine/session.h"
+#include "../core/engine/train.h"
 #include "bench_profile.h"
 #include "bench_util.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/clip.h"
+#include "../core/engine/clip.h"
 
 #define FIXTURE "tests/fixtures/optim/optim.json"
 

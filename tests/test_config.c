@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/src/config.h"
-#include "../core/src/core_schema.h"
-#include "../core/src/suggest.h"
+#include "../core/config/config.h"
+#include "../core/config/core_schema.h"
+#include "../core/config/suggest.h"
 
 #define FIX "tests/fixtures/config/"
 

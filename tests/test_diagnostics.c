@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../core/src/diagnostics.h"
+#include "../core/engine/diagnostics.h"
 #include "support/test_host.h"
 
 /* 4,096 weights in [1, 2) updated once by `u` with nearest rounding; the stalled fraction. */

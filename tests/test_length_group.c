@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "../core/src/length_group.h"
+#include "../core/tasks/length_group.h"
 
 #define FIXTURE "tests/fixtures/length_group/length_group.json"
 

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/src/registry.h"
+#include "../core/engine/registry.h"
 #include "support/keep.h"
-#include "../core/src/session.h"
+#include "../core/engine/session.h"
 
 /* A fresh folder holding copies of the named test plugins. */
 static char *folder_with(const char *const *plugins, size_t n)

@@ -5,8 +5,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../core/src/core_schema.h"
-#include "../core/src/loss_scaler.h"
+#include "../core/config/core_schema.h"
+#include "../core/engine/loss_scaler.h"
 
 static mpx_config *cfg_with(const char *const *overrides, size_t n)
 {

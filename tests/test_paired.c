@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/paired.h"
+#include "../core/analysis/paired.h"
 #include "support/shell.h"
 
 #define FIX "tests/fixtures/paired/"

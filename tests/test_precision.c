@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../core/src/core_schema.h"
-#include "../core/src/session.h"
+#include "../core/config/core_schema.h"
+#include "../core/engine/session.h"
 #include "support/test_host.h"
 
 static const char *const policies[] = { "fp32", "amp", "fp16-scaled", "bf16-master", "pure-bf16" };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/scaling.h"
+#include "../core/engine/scaling.h"
 #include "test_host.h"
 
 static float hexf(json_t *s)

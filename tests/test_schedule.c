@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/src/decay.h"
-#include "../core/src/schedule.h"
+#include "../core/engine/decay.h"
+#include "../core/engine/schedule.h"
 
 static mpx_schedule make(const char *type, mpx_schedule_params p)
 {

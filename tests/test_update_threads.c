@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/opt_threads.h"
+#include "../core/engine/opt_threads.h"
 #include "support/shell.h"
 
 static mpx_piece piece(size_t param, size_t offset, size_t len, size_t tensor_offset, size_t numel, float wd,

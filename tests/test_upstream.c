@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../core/src/session.h"
-#include "../core/src/train.h"
+#include "../core/engine/session.h"
+#include "../core/engine/train.h"
 
 #define MAX_ROWS 64
 

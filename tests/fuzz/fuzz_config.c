@@ -1,7 +1,7 @@
 /* The config reader: libconfig text through mpx's own scan (wrapped integers), the core
  * schema's checks and the value checks, as `mpx check` reads a file. */
-#include "../../core/src/config.h"
-#include "../../core/src/core_schema.h"
+#include "../../core/config/config.h"
+#include "../../core/config/core_schema.h"
 #include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

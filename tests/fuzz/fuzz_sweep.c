@@ -1,5 +1,5 @@
 /* Sweep files: name, base, set and axes, as `mpx sweep` reads them. */
-#include "../../core/src/sweep.h"
+#include "../../core/sweep/sweep.h"
 #include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

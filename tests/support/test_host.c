@@ -1,7 +1,7 @@
 #include "test_host.h"
 
-#include "../../core/src/format_table.h"
-#include "../../core/src/scaling.h"
+#include "../../core/engine/format_table.h"
+#include "../../core/engine/scaling.h"
 
 #include <dlfcn.h>
 #include <libconfig.h>

@@ -1,0 +1,190 @@
+#include "launch.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../record/record.h"
+
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : -1;
+}
+
+int mpx_launch_world(int *rank)
+{
+    static const char *const pairs[][2] = {
+        { "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK" },
+        { "PMI_SIZE", "PMI_RANK" },
+        { "SLURM_STEP_NUM_TASKS", "SLURM_PROCID" },
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        int w = env_int(pairs[i][0]);
+        if (w < 1) continue;
+        int r = env_int(pairs[i][1]);
+        *rank = r < 0 ? 0 : r;
+        return w;
+    }
+    *rank = 0;
+    return 0;
+}
+
+void mpx_launch_rank_error(const char *dir, int rank, const char *msg)
+{
+    char path[PATH_MAX + 32];
+    if (mpx_mkdirs(dir) != 0) return;
+    snprintf(path, sizeof path, "%s/rank-%d.error", dir, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "%s\n", msg);
+    fclose(f);
+}
+
+/* Every rank-R.error beside the record, into rec["rank_errors"]; the lowest rank's
+ * message in *first (borrowed from the record). */
+static void collect_rank_errors(const char *dir, int ranks, json_t *rec, const char **first)
+{
+    json_t *errs = json_object();
+    *first = NULL;
+    for (int r = 0; r < ranks; r++) {
+        char path[PATH_MAX + 32], key[16];
+        snprintf(path, sizeof path, "%s/rank-%d.error", dir, r);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char msg[8192];
+        size_t n = fread(msg, 1, sizeof msg - 1, f);
+        fclose(f);
+        while (n && (msg[n - 1] == '\n')) n--;
+        msg[n] = 0;
+        snprintf(key, sizeof key, "%d", r);
+        json_object_set_new(errs, key, json_string(msg));
+        if (!*first) *first = json_string_value(json_object_get(errs, key));
+    }
+    json_object_set_new(rec, "rank_errors", errs);
+}
+
+/* After a failed launch: the record says "failed" with the failing rank's error. */
+static void mark_failed(const char *dir, int ranks, int status)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_error_t je;
+    json_t *rec = json_load_file(path, 0, &je);
+    if (!rec) rec = json_object();
+    const char *st = json_string_value(json_object_get(rec, "status"));
+    if (st && !strcmp(st, "finished")) { json_decref(rec); return; }
+    const char *first;
+    collect_rank_errors(dir, ranks, rec, &first);
+    const char *own = json_string_value(json_object_get(rec, "error"));
+    char msg[9000];
+    if (st && !strcmp(st, "failed") && own) snprintf(msg, sizeof msg, "rank 0: %s", own);
+    else if (first) {
+        json_t *errs = json_object_get(rec, "rank_errors");
+        const char *key;
+        json_t *v;
+        json_object_foreach(errs, key, v) {
+            if (json_string_value(v) == first) { snprintf(msg, sizeof msg, "rank %s: %s", key, first); break; }
+        }
+    } else {
+        snprintf(msg, sizeof msg, "a rank died (mpirun exited with status %d) before it could say why; "
+                 "see mpirun's output", status);
+    }
+    json_object_set_new(rec, "status", json_string("failed"));
+    json_object_set_new(rec, "error", json_string(msg));
+    json_object_set_new(rec, "mpirun_status", json_integer(status));
+    mpx_write_json_atomic(path, rec);
+    json_decref(rec);
+    fprintf(stderr, "mpx run: %s\n", msg);
+}
+
+/* The mpirun this process waits for: a signal to us (a sweep stopping its cells, ^C) is
+ * passed on, so that mpirun ends its ranks rather than leaving them orphaned. */
+static volatile sig_atomic_t mpirun_pid, got_signal;
+
+static void forward_signal(int sig)
+{
+    got_signal = sig;
+    if (mpirun_pid > 0) kill((pid_t)mpirun_pid, sig);
+}
+
+/* Stopped by a signal: the record says "killed" (unfinished: a sweep runs it again). */
+static void mark_killed(const char *dir, int sig)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_error_t je;
+    json_t *rec = json_load_file(path, 0, &je);
+    if (!rec) return;
+    json_object_set_new(rec, "status", json_string("killed"));
+    json_object_set_new(rec, "signal", json_integer(sig));
+    json_object_set_new(rec, "error", json_string("mpx run was stopped by a signal; mpirun and its ranks were stopped with it"));
+    mpx_write_json_atomic(path, rec);
+    json_decref(rec);
+}
+
+int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const char *dir)
+{
+    char np[16];
+    snprintf(np, sizeof np, "%d", ranks);
+    const char *fixed[] = { "mpirun", "-np", np, "--oversubscribe", "--bind-to", "none",
+                            "--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none",
+                            "--mca", "mpi_yield_when_idle", "1", "/proc/self/exe", what };
+    size_t nf = sizeof fixed / sizeof *fixed;
+    char **av = calloc(nf + (size_t)argc + 1, sizeof *av);
+    if (!av) { fprintf(stderr, "mpx %s: out of memory\n", what); return 1; }
+    for (size_t i = 0; i < nf; i++) av[i] = (char *)fixed[i];
+    for (int i = 0; i < argc; i++) av[nf + (size_t)i] = argv[i];
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) { self[len] = 0; av[nf - 2] = self; }
+    for (int r = 0; r < ranks; r++) { /* errors of an earlier launch into the same folder */
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/rank-%d.error", dir, r);
+        unlink(path);
+    }
+    /* OpenMPI 4 races on its shared session folder when two mpiruns start at once (a
+     * sweep, another user): each launch gets its own */
+    char session[] = "/tmp/mpx-mpirun-XXXXXX";
+    if (!mkdtemp(session)) { fprintf(stderr, "mpx %s: cannot create a folder for mpirun: %s\n", what, strerror(errno)); free(av); return 1; }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) { fprintf(stderr, "mpx %s: fork: %s\n", what, strerror(errno)); free(av); return 1; }
+    if (pid == 0) {
+        /* OpenMPI refuses root unless told; only for this child */
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        setenv("OMPI_MCA_orte_tmpdir_base", session, 1);
+        execvp("mpirun", av);
+        fprintf(stderr, "mpx %s: cannot start mpirun for %d ranks: %s (install openmpi-bin)\n", what, ranks, strerror(errno));
+        _exit(127);
+    }
+    free(av);
+    mpirun_pid = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP };
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++) sigaction(forwarded[i], &sa, NULL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char rm[64];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", session);
+    if (system(rm) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s\n", what, session);
+    if (code == 0) return 0;
+    if (got_signal) {
+        mark_killed(dir, (int)got_signal);
+        return 128 + (int)got_signal;
+    }
+    mark_failed(dir, ranks, code);
+    return 1;
+}
