@@ -83,7 +83,9 @@ $(BUILD)/bin/mpx: $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRCS)) $(BUILD)/lib/lib
 
 all: $(BUILD)/bin/mpx $(PLUGINS)
 
+# The core's layering first (core/README.md: each folder includes only folders below it).
 test: all $(TEST_PLUGINS) $(TESTS)
+	@bash tests/check-layers.sh && bash tests/check-layers.sh --self-test
 	@bash tests/run-tests.sh $(TESTS)
 
 # The suites built but not run (tests/sanitize.sh runs them outside make).

@@ -6,17 +6,20 @@
 # The set: tiny_squad (configs/tiny_squad.cfg: the 2-layer test BERT on 24 SQuAD
 # questions, 30 steps, the model saved) in each built-in precision policy: once straight,
 # once killed at step 25 (its step-20 training state kept) and once resumed from there;
-# and the toy at 2 ranks (OpenMPI) under ZeRO stages 0 and 3. Kept per run: metrics.csv
-# (less its wall-clock columns), diagnostics.csv, train_state/state.bin and
-# checkpoint/model.safetensors, whichever it writes. Needs make data; minutes on 2 cores.
+# and the toy at 2 ranks (OpenMPI) under ZeRO stages 0 and 3, its final fp32 weights dumped
+# (MPX_DUMP_FINAL_WEIGHTS: the toy saves no checkpoint). Kept per run: metrics.csv
+# (less its wall-clock columns), diagnostics.csv, train_state/state.bin and config.cfg, and
+# checkpoint/model.safetensors or final_weights.bin, whichever it writes. Needs make data; minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KEPT="metrics.csv diagnostics.csv train_state/state.bin checkpoint/model.safetensors"
-# metrics.csv without its wall-clock columns (tokens_per_s, elapsed_s)
+KEPT="metrics.csv diagnostics.csv train_state/state.bin train_state/config.cfg checkpoint/model.safetensors final_weights.bin"
+# metrics.csv without its wall-clock columns (tokens_per_s, elapsed_s), config.cfg without
+# run.output_dir (OUT itself)
 det() {
     case "$1" in
     */metrics.csv) awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) keep[i] = ($i != "tokens_per_s" && $i != "elapsed_s") }
                             { o = ""; for (i = 1; i <= NF; i++) if (keep[i]) o = o (o == "" ? "" : ",") $i; print o }' "$1" ;;
+    */config.cfg) grep -v '^  output_dir = ' "$1" ;;  # the one line that names OUT
     *) cat "$1" ;;
     esac
 }
@@ -55,7 +58,9 @@ for p in fp32 amp fp16-scaled bf16-master pure-bf16 fp8-delayed mxfp8; do
 done
 for st in stage0 stage3; do
     echo "== toy 2 ranks $st"
-    "$MPX" run --ranks 2 configs/toy.cfg -s "zero.plugin=\"$st\"" -s train.epochs=2 -s train.checkpoint_every=20 \
-        -s train.save_model=true -s "run.output_dir=\"$out\"" -s "run.name=\"toy2-$st\"" >"$out/toy2-$st.log" 2>&1
+    mkdir -p "$out/toy2-$st"
+    MPX_DUMP_FINAL_WEIGHTS="$out/toy2-$st/final_weights.bin" "$MPX" run --ranks 2 configs/toy.cfg \
+        -s "zero.plugin=\"$st\"" -s train.epochs=2 -s "run.output_dir=\"$out\"" -s "run.name=\"toy2-$st\"" \
+        >"$out/toy2-$st.log" 2>&1
 done
 echo "runs in $out"

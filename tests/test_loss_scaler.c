@@ -7,6 +7,7 @@
 
 #include "../core/config/core_schema.h"
 #include "../core/engine/loss_scaler.h"
+#include "../core/engine/settings.h"
 
 static mpx_config *cfg_with(const char *const *overrides, size_t n)
 {
@@ -22,8 +23,10 @@ static void trace(const char *preset, const char *const *ov, size_t n_ov, const 
 {
     mpx_config *c = cfg_with(ov, n_ov);
     mpx_loss_scaler ls;
+    mpx_scaler_keys keys;
+    mpx_scaler_keys_read(c, &keys);
     char err[512];
-    cr_assert_eq(mpx_scaler_init(&ls, preset, c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mpx_scaler_init(&ls, preset, &keys, err, sizeof err), 0, "%s", err);
     for (size_t i = 0; seq[i]; i++) {
         int skip = -1, overflow = seq[i] == 'O';
         cr_assert_eq(mpx_scaler_update(&ls, overflow, (int64_t)i, &skip, err, sizeof err), 0, "%s step %zu: %s", preset, i, err);
@@ -88,7 +91,9 @@ Test(loss_scaler, deepspeed_zero_defaults_and_stop_at_the_minimum)
     cr_expect_eq(ls.hysteresis, 1);
     const char *const ov[] = { "precision.initial_scale_power=1" };
     mpx_config *c = cfg_with(ov, 1);
-    cr_assert_eq(mpx_scaler_init(&ls, "deepspeed-zero", c, err, sizeof err), 0);
+    mpx_scaler_keys keys;
+    mpx_scaler_keys_read(c, &keys);
+    cr_assert_eq(mpx_scaler_init(&ls, "deepspeed-zero", &keys, err, sizeof err), 0);
     int skip;
     cr_assert_eq(mpx_scaler_update(&ls, 1, 41, &skip, err, sizeof err), 0);
     cr_expect_eq(ls.scale, 1.0);

@@ -2,11 +2,12 @@
  * data yields, and every lr-valued key that never acts (REFERENCE: BingBertSquad's
  * config holds three learning rates, and only one of them acts). */
 #include "check_report.h"
+#include "../config/config.h"
 
 #include <string.h>
 
 #include "../engine/schedule_glue.h"
-#include "../engine/task.h"
+#include "../tasks/tasks.h"
 #include "../engine/train.h"
 
 static void print_schedule(FILE *out, const char *type, const mpx_schedule_params *p,
@@ -106,7 +107,7 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
     mpx_schedule_params p;
     mpx_schedule sched;
     mpx_schedule_summary sm;
-    if (mpx_lr_schedule_params(s->cfg, steps, &type, &p) ||
+    if (mpx_lr_schedule_params(&s->set.schedule, steps, &type, &p) ||
         mpx_schedule_init(&sched, type, &p, msg, sizeof msg) ||
         mpx_schedule_summarize(&sched, steps, &sm)) {
         fprintf(err, "mpx check: schedule: %s\n", msg);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "check_report.h"
+#include "../config/config.h"
 #include "cli.h"
 #include "../engine/session.h"
 

@@ -8,12 +8,16 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../config/config.h"
 #include "../engine/launch.h"
 #include "../engine/opt_threads.h"
+#include "../engine/session_provenance.h"
 #include "../record/provenance.h"
 #include "../record/record.h"
 #include "../engine/shard.h"
 #include "../engine/train.h"
+#include "../engine/update_window.h"
+#include "../tasks/tasks.h"
 #include "../engine/train_state.h"
 #include "../engine/weight_gather.h"
 

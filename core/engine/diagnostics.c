@@ -1,4 +1,5 @@
 #include "diagnostics.h"
+#include "host.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -88,8 +89,8 @@ static double now_s(void)
 int mpx_diag_open(mpx_diagnostics *d, mpx_session *s, const char *dir, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
-    mpx_config_get_bool(s->cfg, "train.diagnostics", &d->enabled);
-    mpx_config_get_int(s->cfg, "train.log_every", &d->every);
+    d->enabled = s->set.diagnostics;
+    d->every = s->set.diag_every;
     if (!d->enabled) return 0;
     if (d->every < 1) d->every = 1;
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];

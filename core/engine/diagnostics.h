@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "session.h"
+#include "session_types.h"
 
 /* Of n fp32 gradient values, how many are non-zero and how many of those round to ±0
  * in dtype t (none for fp32). */

@@ -5,10 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config.h"
 #include "../record/notes.h"
-#include "opt_threads.h"
-#include "session.h"
-#include "shard.h"
+#include "host.h"
 
 static mpx_env_impl *impl(mpx_env *env) { return (mpx_env_impl *)env; }
 
@@ -72,6 +71,13 @@ static int host_opt_string_list(mpx_env *env, const char *key, const char **out,
     if (mpx_config_get_string_list(impl(env)->s->cfg, k, out, cap, n) != 0)
         return MPX_FAIL(env, "option '%s' is missing, not a list of strings, or longer than %zu", k, cap);
     return MPX_OK;
+}
+
+const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len)
+{
+    mpx_instance *in = &s->inst[kind];
+    snprintf(buf, len, "%s: %s", in->env.label, in->env.err[0] ? in->env.err : "failed (no message)");
+    return buf;
 }
 
 void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char *what)
@@ -143,7 +149,7 @@ static const mpx_precision_desc *host_precision(mpx_env *env) { return &impl(env
 static int host_apply_update(mpx_env *env, const mpx_piece *piece, const float *update)
 {
     mpx_session *s = impl(env)->s;
-    if (impl(env)->defer) return mpx_opt_defer_apply(impl(env)->defer, env, piece, update);
+    if (impl(env)->defer) return impl(env)->defer_apply(impl(env)->defer, env, piece, update);
     if (!s->ops) return MPX_FAIL(env, "apply_update before the backend exists");
     /* pieces are indexed from the update window the optimizer was given (s->upd_base,
      * update_window.h; 0 for the whole slice), and `update` is that window's */

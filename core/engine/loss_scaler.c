@@ -35,15 +35,10 @@ const char *mpx_scaler_names(void)
     return "none, static, pytorch, deepspeed-fp16-optimizer, deepspeed-zero, deepspeed-zero-keys";
 }
 
-static void apply_overrides(mpx_loss_scaler *ls, const mpx_config *cfg)
+static void apply_overrides(mpx_loss_scaler *ls, const mpx_scaler_keys *k)
 {
-    int64_t power = -1, window = 0, hysteresis = 0;
-    double min_scale = 0, static_scale = 1;
-    mpx_config_get_int(cfg, "precision.initial_scale_power", &power);
-    mpx_config_get_int(cfg, "precision.loss_scale_window", &window);
-    mpx_config_get_int(cfg, "precision.hysteresis", &hysteresis);
-    mpx_config_get_float(cfg, "precision.min_loss_scale", &min_scale);
-    mpx_config_get_float(cfg, "precision.static_loss_scale", &static_scale);
+    int64_t power = k->power, window = k->window, hysteresis = k->hysteresis;
+    double min_scale = k->min_scale, static_scale = k->static_scale;
     if (strcmp(ls->preset, "static") == 0) ls->scale = static_scale;
     if (ls->kind == MPX_SCALER_FIXED) return;
     if (power >= 0) ls->scale = ldexp(1.0, (int)power);
@@ -52,7 +47,7 @@ static void apply_overrides(mpx_loss_scaler *ls, const mpx_config *cfg)
     if (min_scale > 0) ls->min_scale = min_scale;
 }
 
-int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_config *cfg, char *err, size_t errlen)
+int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_scaler_keys *keys, char *err, size_t errlen)
 {
     memset(ls, 0, sizeof *ls);
     if (!name) name = "none";
@@ -71,7 +66,7 @@ int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_config *cfg
     ls->min_scale = p->min_scale;
     ls->stop_at_min = p->stop_at_min;
     ls->factor = 2.0;
-    if (cfg) apply_overrides(ls, cfg);
+    if (keys) apply_overrides(ls, keys);
     ls->cur_hysteresis = ls->hysteresis;
     ls->last_overflow_iter = -1;
     return 0;

@@ -16,7 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../config/config.h"
 
 typedef enum mpx_scaler_kind {
     MPX_SCALER_FIXED = 0,      /* none, static */
@@ -24,6 +23,14 @@ typedef enum mpx_scaler_kind {
     MPX_SCALER_DEEPSPEED = 2,  /* DynamicLossScaler: iteration-based window, hysteresis */
     MPX_SCALER_DS_FP16 = 3,    /* FP16_Optimizer._update_scale: window counted after the overflow */
 } mpx_scaler_kind;
+
+/* The precision group's keys over a preset (settings.c reads them): initial_scale_power
+ * (-1 keeps the preset's), loss_scale_window, hysteresis, min_loss_scale (0 keeps the
+ * preset's), static_loss_scale (the static preset's scale). */
+typedef struct mpx_scaler_keys {
+    int64_t power, window, hysteresis;
+    double min_scale, static_scale;
+} mpx_scaler_keys;
 
 typedef struct mpx_loss_scaler {
     char preset[40];
@@ -43,9 +50,9 @@ int mpx_scaler_known(const char *name);
 const char *mpx_scaler_names(void);
 
 /* The preset's values, then the precision group's overrides (initial_scale_power,
- * loss_scale_window, hysteresis, min_loss_scale; 0 / -1 keep the preset's). cfg may be
+ * loss_scale_window, hysteresis, min_loss_scale; 0 / -1 keep the preset's). keys may be
  * NULL: the preset alone. */
-int mpx_scaler_init(mpx_loss_scaler *ls, const char *preset, const mpx_config *cfg, char *err, size_t errlen);
+int mpx_scaler_init(mpx_loss_scaler *ls, const char *preset, const mpx_scaler_keys *keys, char *err, size_t errlen);
 
 /* After a step's overflow check. *skip = 1 when the step must be skipped. Returns
  * non-zero (err names the step and the scale) when the preset stops the run. */

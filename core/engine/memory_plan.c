@@ -1,4 +1,6 @@
 #include "memory_plan.h"
+#include "host.h"
+#include "update_window.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -46,8 +48,7 @@ void mpx_memory_plan_make(const mpx_session *s, int n_state, mpx_memory_plan *p)
     p->total = p->host_staging;
     for (int r = 0; r < MPX_ROLE_COUNT; r++)
         if (__builtin_add_overflow(p->total, p->bytes[r], &p->total)) p->overflow = 1;
-    double limit = 0;
-    if (mpx_config_lookup(s->cfg, "run.max_memory")) mpx_config_get_float(s->cfg, "run.max_memory", &limit);
+    double limit = s->set.max_memory;
     p->limit = limit >= 1 ? (limit < 1.8e19 ? (uint64_t)limit : UINT64_MAX) : machine_memory();
 }
 
@@ -70,8 +71,7 @@ int mpx_memory_plan_check(const mpx_session *s, int n_state, char *err, size_t e
     if (!p.overflow && p.total <= p.limit) return 0;
     char text[1024];
     mpx_memory_plan_text(&p, text, sizeof text);
-    double limit = 0;
-    mpx_config_get_float(s->cfg, "run.max_memory", &limit);
+    double limit = s->set.max_memory;
     snprintf(err, errlen, "the model state of %zu parameters needs %s%.4g GB (%s), more than %s (%.4g GB)",
              s->numel, p.overflow ? "over " : "", p.overflow ? 1.8e10 : (double)p.total / 1e9, text,
              limit >= 1 ? "run.max_memory" : "this machine's physical memory", (double)p.limit / 1e9);

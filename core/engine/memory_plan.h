@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "session.h"
+#include "session_types.h"
 
 typedef struct mpx_memory_plan {
     uint64_t bytes[MPX_ROLE_COUNT];

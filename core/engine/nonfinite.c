@@ -1,5 +1,6 @@
 /* The locate pass of a non-finite step (nonfinite.h). */
 #include "nonfinite.h"
+#include "host.h"
 
 #include "format_table.h"
 

@@ -25,7 +25,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "session.h"
+#include "session_types.h"
 
 /* At session start: s->ops becomes the session's copy of the backend's table. */
 int mpx_nonfinite_own_ops(mpx_session *s, char *err, size_t errlen);

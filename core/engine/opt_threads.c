@@ -8,10 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "session.h"
-#include "shard.h"
+#include "host.h"
 #include "thread_pool.h"
-#include "update_window.h"
 
 /* Groups per thread: a thread that gets its core late finds the others' groups taken,
  * not a share waiting for it. */
@@ -53,14 +51,10 @@ static int available_cores(void)
 
 int mpx_update_threads_wanted(const mpx_session *s)
 {
-    int64_t t = 0;
-    if (mpx_config_lookup(s->cfg, "train.update_threads")) mpx_config_get_int(s->cfg, "train.update_threads", &t);
+    int64_t t = s->set.update_threads;
     const mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
-    if (t <= 0 && b->rec) { /* as the backend's threads (sweep executors split the cores through them) */
-        char key[160];
-        snprintf(key, sizeof key, "backend.%s.threads", b->rec->desc.name);
-        if (mpx_config_lookup(s->cfg, key)) mpx_config_get_int(s->cfg, key, &t);
-    }
+    /* as the backend's threads (sweep executors split the cores through them) */
+    if (t <= 0 && b->rec && s->set.has_backend_threads) t = s->set.backend_threads;
     if (t <= 0) t = available_cores();
     return t > MAX_UPDATE_THREADS ? MAX_UPDATE_THREADS : (int)t;
 }
@@ -220,6 +214,7 @@ int mpx_opt_run(mpx_session *s, const mpx_opt_step *st, size_t base, char *err, 
         t->g[g].env = o->env;
         t->g[g].env.err[0] = 0;
         t->g[g].env.defer = &t->defer;
+        t->g[g].env.defer_apply = mpx_opt_defer_apply;
         t->g[g].rc = 0;
     }
     t->s = s;

@@ -27,8 +27,8 @@
 #include <stddef.h>
 
 #include "mpx/optimizer.h"
+#include "session_types.h"
 
-typedef struct mpx_session mpx_session;
 typedef struct mpx_opt_threads mpx_opt_threads;
 typedef struct mpx_opt_defer mpx_opt_defer;
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "session.h"
+#include "precision_keys.h"
 
 static const struct { const char *name; uint32_t bit; } island_names[] = {
     { "layernorm", MPX_ISLAND_LAYERNORM }, { "softmax", MPX_ISLAND_SOFTMAX },

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "schedule.h"
-#include "session.h"
+#include "session_types.h"
 
 typedef struct mpx_lr_schedule {
     double base_lr;
@@ -13,8 +13,9 @@ typedef struct mpx_lr_schedule {
     void *impl;
 } mpx_lr_schedule;
 
-/* The schedule parameters of a configuration for `train_steps` optimizer steps. */
-int mpx_lr_schedule_params(const mpx_config *cfg, int64_t train_steps, const char **type,
+/* The schedule parameters of the settings' schedule (settings.h) for `train_steps`
+ * optimizer steps; -1 when optimizer.lr was missing. */
+int mpx_lr_schedule_params(const mpx_schedule_spec *spec, int64_t train_steps, const char **type,
                            mpx_schedule_params *p);
 
 int mpx_lr_schedule_open(mpx_lr_schedule *sc, const mpx_session *s, int64_t total_steps, char *err, size_t errlen);

@@ -5,14 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config.h"
 #include "../config/core_schema.h"
 #include "decay.h"
 #include "loss_scaler.h"
 #include "memory_plan.h"
 #include "nonfinite.h"
+#include "precision_keys.h"
 #include "../record/notes.h"
 #include "session.h"
 #include "shard.h"
+#include "update_window.h"
 #include "weight_gather.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
@@ -44,6 +47,10 @@ int mpx_session_configure(mpx_session *s, const char *path, const char *const *o
                              mpx_n_core_groups, keep, err, errlen);
     if (rc) { free(keep); return rc; }
     s->src_keep = keep;
+    if (mpx_settings_resolve(&s->set, s->cfg, err, errlen)) {
+        mpx_session_unconfigure(s);
+        return -1;
+    }
     int64_t seed = 0;
     mpx_config_get_int(s->cfg, "run.seed", &seed);
     s->seed = (uint64_t)seed;
@@ -53,6 +60,7 @@ int mpx_session_configure(mpx_session *s, const char *path, const char *const *o
 void mpx_session_unconfigure(mpx_session *s)
 {
     if (s->cfg) mpx_config_free(s->cfg);
+    mpx_settings_free(&s->set);
     free(s->src_keep);
     s->cfg = NULL;
     s->src_keep = NULL;
@@ -130,13 +138,6 @@ int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
     size_t n = strlen(err);
     if (n && err[n - 1] == '\n') err[n - 1] = 0;
     return n ? -1 : 0;
-}
-
-const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len)
-{
-    mpx_instance *in = &s->inst[kind];
-    snprintf(buf, len, "%s: %s", in->env.label, in->env.err[0] ? in->env.err : "failed (no message)");
-    return buf;
 }
 
 /* Calls `call`; on failure writes the plugin's prefixed message to err. */
@@ -472,6 +473,7 @@ void mpx_session_close(mpx_session *s)
     free(s->pieces);
     mpx_update_plan_free(&s->upd);
     if (s->cfg) mpx_config_free(s->cfg);
+    mpx_settings_free(&s->set);
     free(s->src_keep);
     mpx_registry_free(&s->reg);
     memset(s, 0, sizeof *s);

@@ -1,4 +1,5 @@
 #include "shard.h"
+#include "host.h"
 #include "weight_gather.h"
 
 #include <stddef.h>

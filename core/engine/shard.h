@@ -13,7 +13,7 @@
 #ifndef MPX_SHARD_H
 #define MPX_SHARD_H
 
-#include "session.h"
+#include "session_types.h"
 
 /* After the pieces are planned: the padded length, this rank's owned range (from the
  * zero plugin) and the optimizer pieces clipped to it (offsets relative to the slice). */
@@ -23,13 +23,6 @@ int mpx_shard_plan(mpx_session *s, char *err, size_t errlen);
  * rank: no communication, no cast). Afterwards mpx_shard_reduced() holds this rank's
  * reduced slice. */
 int mpx_shard_reduce_grads(mpx_session *s, char *err, size_t errlen);
-
-/* This rank's slice of the weights (shard_len elements at shard_begin), at any stage:
- * at stage 3 s->weights holds only it (weight_gather.h). */
-static inline mpx_arg mpx_shard_weights(const mpx_session *s)
-{
-    return mpx_at(s->weights, s->shard_begin - s->weights_base);
-}
 
 /* This rank's reduced gradient slice (shard_len elements, the accumulator's dtype). */
 mpx_arg mpx_shard_reduced(const mpx_session *s);

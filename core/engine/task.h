@@ -34,10 +34,6 @@ struct mpx_task {
     void (*destroy)(mpx_task *t);
 };
 
-/* The task named by data.task; need_train = 0 skips the training data (mpx eval). */
-int mpx_task_open(mpx_task *t, mpx_session *s, int need_train, char *err, size_t errlen);
-
-int mpx_task_toy_open(mpx_task *t, mpx_session *s, char *err, size_t errlen);
-int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, size_t errlen);
+/* The tasks themselves live in core/tasks/ (tasks.h opens the one data.task names). */
 
 #endif

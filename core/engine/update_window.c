@@ -7,22 +7,8 @@
 #include "clip.h"
 #include "diagnostics.h"
 #include "opt_threads.h"
-#include "session.h"
+#include "host.h"
 #include "shard.h"
-
-size_t mpx_staging_elems(const mpx_session *s, size_t n)
-{
-    int64_t chunk = 0;
-    if (mpx_config_lookup(s->cfg, "train.update_chunk")) mpx_config_get_int(s->cfg, "train.update_chunk", &chunk);
-    return chunk > 0 && (uint64_t)chunk < n ? (size_t)chunk : n ? n : 1;
-}
-
-int mpx_session_state_scaled(const mpx_session *s)
-{
-    for (int i = 0; i < MPX_MAX_OPT_STATE; i++)
-        if (mpx_opt_state_scaled(mpx_opt_state_dtype(&s->prec, i))) return 1;
-    return 0;
-}
 
 /* The window size: train.update_chunk elements, when the optimizer allows it
  * (MPX_OPT_ELEMENTWISE, ABI 1.6; not with scaled state) and it is below n; else n (one

@@ -19,25 +19,8 @@
 #include <stddef.h>
 
 #include "mpx/optimizer.h"
+#include "session_types.h"
 
-typedef struct mpx_session mpx_session;
-typedef struct mpx_diagnostics mpx_diagnostics;
-
-typedef struct mpx_update_window {
-    size_t base, len;      /* elements of this rank's slice */
-    size_t first, n;       /* its pieces: pieces[first .. first + n) */
-} mpx_update_window;
-
-typedef struct mpx_update_plan {
-    int on;                /* the step goes window by window */
-    size_t chunk;          /* elements of the fp32 buffers (the shard's length when off) */
-    mpx_update_window *w;
-    size_t n_w;
-    mpx_piece *pieces;     /* cut to the windows, offsets relative to their window */
-    size_t *src, *src_off; /* per cut piece: the shard piece it comes from, where in it */
-    float *grad;           /* one window's fp32 gradient when there is no whole copy */
-    struct mpx_opt_threads *threads; /* the optimizer on several threads, or NULL (opt_threads.h) */
-} mpx_update_plan;
 
 /* After the state is allocated: decides whether the step goes window by window and
  * allocates s->grad32 (the whole fp32 gradient, or NULL), s->update and the window
@@ -46,18 +29,10 @@ typedef struct mpx_update_plan {
 int mpx_update_plan_make(mpx_session *s, char *err, size_t errlen);
 void mpx_update_plan_free(mpx_update_plan *u);
 
-/* Whether some optimizer state buffer is in fp16 or a format: one scale per tensor
- * (ABI 1.8), set from the amax over the whole piece, so the update is not elementwise. */
-int mpx_session_state_scaled(const mpx_session *s);
-
 /* The elements of fp32 scratch the update takes for n_owned owned elements: the
  * gradient (0 when the grads or accumulator are fp32 already) and the update buffer.
  * The memory plan asks this before anything is allocated. */
 void mpx_update_buffer_elems(const mpx_session *s, size_t n_owned, size_t *grad, size_t *update);
-
-/* Elements of an fp32 staging buffer for n elements: train.update_chunk (0: n), at
- * most n. The initial weights go onto the backend in such chunks. */
-size_t mpx_staging_elems(const mpx_session *s, size_t n);
 
 /* The bytes of the core's fp32 step buffers as allocated (gradient copy or window,
  * update). */

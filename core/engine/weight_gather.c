@@ -1,4 +1,5 @@
 #include "weight_gather.h"
+#include "host.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #ifndef MPX_WEIGHT_GATHER_H
 #define MPX_WEIGHT_GATHER_H
 
-#include "session.h"
+#include "session_types.h"
 
 /* After the model is bound at stage 3: hand it the gather hook. Fails, naming the
  * model, when it has none (a model built before ABI 1.7). */

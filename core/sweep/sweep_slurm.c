@@ -9,6 +9,7 @@
  *   slurm = { cpus = 4; memory = "8G"; time = "04:00:00"; gpus = 0; partition = ""; };
  */
 #include "sweep_slurm.h"
+#include "../config/config.h"
 
 #include <errno.h>
 #include <libconfig.h>

@@ -16,7 +16,8 @@
 #include "length_group.h"
 #include "../record/notes.h"
 #include "../record/provenance.h"
-#include "../engine/task.h"
+#include "../config/config.h"
+#include "tasks.h"
 
 #define SQUAD_SHUFFLE_SITE 0x53510001u
 

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "mpx/numerics.h"
-#include "../engine/task.h"
+#include "../config/config.h"
+#include "tasks.h"
 
 #define TOY_SITE 0x70790000u
 #define TOY_SHUFFLE_SITE 0x70790001u
@@ -202,14 +203,4 @@ int mpx_task_toy_open(mpx_task *t, mpx_session *s, char *err, size_t errlen)
     t->seek = toy_seek;
     t->data_files = toy_files;
     return 0;
-}
-
-int mpx_task_open(mpx_task *t, mpx_session *s, int need_train, char *err, size_t errlen)
-{
-    memset(t, 0, sizeof *t);
-    const char *task = mpx_config_selected(s->cfg, "data");
-    if (task && strcmp(task, "toy") == 0) return mpx_task_toy_open(t, s, err, errlen);
-    if (task && strcmp(task, "squad") == 0) return mpx_task_squad_open(t, s, need_train, err, errlen);
-    snprintf(err, errlen, "data.task \"%s\": unknown task (toy, squad)", task ? task : "?");
-    return -1;
 }

@@ -1,0 +1,34 @@
+/* Shared by the training state's save (train_state.c) and load (train_state_load.c):
+ * the file's format tag, the state buffers a step depends on, and file helpers. Not
+ * included elsewhere. */
+#ifndef MPX_TRAIN_STATE_IO_H
+#define MPX_TRAIN_STATE_IO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "session_types.h"
+
+#define STATE_FORMAT "mpx-train-state"
+#define STATE_VERSION 1
+#define CHUNK ((size_t)8 << 20) /* host staging for device buffers */
+
+/* One buffer of the state: its name in state.json, where it lies, its length. */
+typedef struct state_buf {
+    const char *name;
+    mpx_arg a;
+    size_t numel;
+} state_buf;
+
+#define MAX_STATE_BUFS (3 + 2 * MPX_MAX_OPT_STATE)
+
+/* The buffers the step depends on (weights, master, accumulator, optimizer state ...),
+ * into out (MAX_STATE_BUFS); returns how many. */
+size_t mpx_ts_buffers(const mpx_session *s, state_buf *out);
+/* Whether this rank holds only a slice of b (stage >= 1 state, stage-3 weights). */
+int mpx_ts_sliced(const mpx_session *s, const state_buf *b);
+int mpx_ts_pread_all(int fd, void *p, size_t n, off_t at);
+/* Copies src to dst (fsync'd); optional: a missing src is not an error. */
+int mpx_ts_copy_file(const char *src, const char *dst, int optional, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,268 @@
+/* The training-state checkpoint read back (mpx run --resume): the configuration
+ * compared, the step, the data position, the loss scaler, the diagnostics, the metrics
+ * so far and every state buffer restored (train_state.h; the save is train_state.c). */
+#include "train_state.h"
+#include "train_state_io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- load ------------------------------------------------------------------------- */
+
+static int diff_key(json_t *a, json_t *b, char *key, size_t len, size_t used)
+{
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(a, k, v) {
+            int n = snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
+            size_t u = used + (n > 0 ? (size_t)n : 0);
+            if (u >= len) u = len - 1;
+            if (!strcmp(key, "train.checkpoint_every") || !strcmp(key, "run.name") || !strcmp(key, "run.output_dir"))
+                continue; /* where the records go and how often, not what the run computes */
+            json_t *w = json_object_get(b, k);
+            if (!w || diff_key(v, w, key, len, u)) return -1;
+        }
+        json_object_foreach(b, k, v) {
+            if (json_object_get(a, k)) continue;
+            snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
+            if (!strcmp(key, "train.checkpoint_every")) continue;
+            return -1;
+        }
+        key[used] = 0;
+        return 0;
+    }
+    return json_equal(a, b) ? 0 : -1;
+}
+
+int mpx_train_state_same_config(json_t *a, json_t *b, char *key, size_t len)
+{
+    key[0] = 0;
+    return diff_key(a, b, key, len, 0);
+}
+
+static int get_int(json_t *o, const char *k, int64_t *v)
+{
+    json_t *j = json_object_get(o, k);
+    if (!json_is_integer(j)) return -1;
+    *v = json_integer_value(j);
+    return 0;
+}
+
+static double get_real(json_t *o, const char *k)
+{
+    json_t *j = json_object_get(o, k);
+    return json_is_number(j) ? json_number_value(j) : NAN;
+}
+
+static int load_scaler(json_t *j, mpx_loss_scaler *ls)
+{
+    int64_t hyst = 0;
+    const char *preset = json_string_value(json_object_get(j, "preset"));
+    if (!preset || strcmp(preset, ls->preset) != 0 || get_int(j, "iter", &ls->iter) ||
+        get_int(j, "last_overflow_iter", &ls->last_overflow_iter) || get_int(j, "growth_tracker", &ls->growth_tracker) ||
+        get_int(j, "cur_hysteresis", &hyst) || get_int(j, "overflows", &ls->overflows) ||
+        !json_is_number(json_object_get(j, "scale")))
+        return -1;
+    ls->cur_hysteresis = (int)hyst;
+    ls->scale = json_number_value(json_object_get(j, "scale"));
+    return 0;
+}
+
+static int load_diag(json_t *j, mpx_diagnostics *d)
+{
+    json_t *groups = json_object_get(j, "groups");
+    if (!d->enabled) return 0;
+    if (json_array_size(groups) != MPX_GROUP_COUNT) return -1;
+    for (int g = 0; g < MPX_GROUP_COUNT; g++) {
+        json_t *a = json_array_get(groups, (size_t)g);
+        json_int_t u, st, r;
+        mpx_diag_group *x = &d->g[g];
+        if (json_unpack(a, "[F, F, F, I, I, I]", &x->sum_underflow, &x->sum_stalled, &x->sum_ratio, &u, &st, &r)) return -1;
+        x->n_steps_u = u;
+        x->n_steps_s = st;
+        x->n_steps_r = r;
+    }
+    json_t *q = json_object_get(j, "gemm_in");   /* absent in checkpoints before ABI 1.8 */
+    for (int g = 0; q && g <= MPX_GROUP_COUNT; g++) {
+        json_int_t n;
+        if (json_unpack(json_array_get(q, (size_t)g), "[F, F, I]", &d->gemm[g].sum_saturated, &d->gemm[g].sum_flushed, &n))
+            return -1;
+        d->gemm[g].n_steps = n;
+    }
+    d->seconds = get_real(j, "seconds");
+    return 0;
+}
+
+static int read_buffers(mpx_session *s, const char *path, json_t *layout, char *err, size_t errlen)
+{
+    state_buf b[MAX_STATE_BUFS];
+    size_t n = mpx_ts_buffers(s, b);
+    if (json_array_size(layout) != n) {
+        snprintf(err, errlen, "%s: holds %zu buffers, this run has %zu (another precision policy or optimizer?)",
+                 path, json_array_size(layout), n);
+        return -1;
+    }
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno)); return -1; }
+    struct stat sb;
+    uint64_t expect = 0;
+    for (size_t i = 0; i < n; i++) expect += (uint64_t)b[i].numel * mpx_dtype_size(b[i].a.t);
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != expect) {
+        snprintf(err, errlen, "%s: %lld bytes, expected %llu (truncated or another model?)", path,
+                 (long long)sb.st_size, (unsigned long long)expect);
+        close(fd);
+        return -1;
+    }
+    char *host = malloc(CHUNK);
+    int rc = host ? 0 : -1;
+    uint64_t file_off = 0;
+    if (!host) snprintf(err, errlen, "out of memory staging %s", path);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *e = json_array_get(layout, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *dtype = json_string_value(json_object_get(e, "dtype"));
+        int64_t numel = -1;
+        get_int(e, "numel", &numel);
+        if (!name || strcmp(name, b[i].name) || !dtype || strcmp(dtype, mpx_dtype_name(b[i].a.t)) ||
+            numel != (int64_t)b[i].numel) {
+            snprintf(err, errlen, "%s: buffer %zu is %s (%s, %lld elements); this run's is %s (%s, %zu elements)", path, i,
+                     name ? name : "?", dtype ? dtype : "?", (long long)numel, b[i].name, mpx_dtype_name(b[i].a.t), b[i].numel);
+            rc = -1;
+            break;
+        }
+        /* the whole buffer, or this rank's slice of it (its padding past numel zeroed) */
+        size_t es = mpx_dtype_size(b[i].a.t), lo = mpx_ts_sliced(s, &b[i]) ? s->shard_begin : 0;
+        size_t hi = mpx_ts_sliced(s, &b[i]) ? s->shard_begin + s->shard_len : b[i].numel;
+        if (hi > b[i].numel) hi = b[i].numel;
+        if (lo > hi) lo = hi;
+        size_t bytes = (hi - lo) * es;
+        off_t at = (off_t)(file_off + lo * es);
+        for (size_t done = 0; !rc && done < bytes; done += CHUNK) {
+            size_t k = bytes - done < CHUNK ? bytes - done : CHUNK;
+            if (mpx_ts_pread_all(fd, host, k, at + (off_t)done)) {
+                snprintf(err, errlen, "cannot read %s (%s): %s", path, b[i].name, strerror(errno));
+                rc = -1;
+            } else if (s->ops->to_device(s->be, (char *)b[i].a.p + done, host, k)) {
+                snprintf(err, errlen, "cannot copy the %s from %s to the backend", b[i].name, path);
+                rc = -1;
+            }
+        }
+        if (!rc && mpx_ts_sliced(s, &b[i]) && hi - lo < s->shard_len &&
+            s->ops->fill_zero(s->be, (char *)b[i].a.p + bytes, (s->shard_len - (hi - lo)) * es)) {
+            snprintf(err, errlen, "cannot zero the padding of the %s", b[i].name);
+            rc = -1;
+        }
+        file_off += (uint64_t)b[i].numel * es;
+    }
+    free(host);
+    close(fd);
+    return rc;
+}
+
+static void replace_array(json_t *dst, json_t *src)
+{
+    json_array_clear(dst);
+    if (json_is_array(src)) json_array_extend(dst, src);
+}
+
+/* metrics.csv / diagnostics.csv: the checkpoint's rows, appended to from here. */
+static int restore_rows(const char *from, const char *dir, const char *name, FILE **f, char *err, size_t errlen)
+{
+    char src[PATH_MAX + 64], dst[PATH_MAX + 64];
+    snprintf(src, sizeof src, "%s/%s", from, name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    if (!*f) return 0;
+    fclose(*f);
+    *f = NULL;
+    if (mpx_ts_copy_file(src, dst, 0, err, errlen)) return -1;
+    if (!(*f = fopen(dst, "a"))) {
+        snprintf(err, errlen, "cannot append to %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_record *rec,
+                         mpx_loss_scaler *ls, mpx_diagnostics *diag, mpx_train_progress *p,
+                         json_t *metrics, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 64], key[256];
+    snprintf(path, sizeof path, "%s/state.json", from);
+    json_error_t je;
+    json_t *st = json_load_file(path, 0, &je);
+    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return -1; }
+    int rc = -1;
+    const char *format = json_string_value(json_object_get(st, "format"));
+    int64_t version = 0, total = 0, tick = 0, seed = 0;
+    json_t *pos = json_object_get(st, "data_position"), *m = json_object_get(st, "metrics");
+    json_t *cfg = json_incref(s->set.config_json);
+    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
+        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
+        goto out;
+    }
+    if (mpx_train_state_same_config(cfg, json_object_get(st, "config"), key, sizeof key)) {
+        snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
+        goto out;
+    }
+    if (get_int(st, "step", &p->step) || get_int(st, "total_steps", &total) || get_int(st, "tick", &tick) ||
+        get_int(st, "seed", &seed) || get_int(st, "updates", &p->updates) || get_int(st, "skipped", &p->skipped) ||
+        get_int(st, "tokens_total", &p->tokens_total) || json_array_size(pos) != 2 || !json_is_object(m)) {
+        snprintf(err, errlen, "%s: incomplete (step, total_steps, tick, seed, updates, skipped, tokens_total, "
+                 "data_position, metrics)", path);
+        goto out;
+    }
+    if (total != p->total || p->step < 0 || p->step > total || (uint64_t)seed != s->seed) {
+        snprintf(err, errlen, "%s: step %lld of %lld (seed %lld), but this run takes %lld steps (seed %llu)", path,
+                 (long long)p->step, (long long)total, (long long)seed, (long long)p->total, (unsigned long long)s->seed);
+        goto out;
+    }
+    if (load_scaler(json_object_get(st, "loss_scaler"), ls)) {
+        snprintf(err, errlen, "%s: loss_scaler: incomplete or another preset than %s", path, ls->preset);
+        goto out;
+    }
+    if (load_diag(json_object_get(st, "diagnostics"), diag)) {
+        snprintf(err, errlen, "%s: diagnostics: incomplete", path);
+        goto out;
+    }
+    if (s->prec.scaling == MPX_SCALING_DELAYED && mpx_scaling_restore(&s->scaling, json_object_get(st, "scaling"))) {
+        snprintf(err, errlen, "%s: scaling: the delayed-scaling state is missing or malformed", path);
+        goto out;
+    }
+    uint64_t dp[2] = { (uint64_t)json_integer_value(json_array_get(pos, 0)),
+                       (uint64_t)json_integer_value(json_array_get(pos, 1)) };
+    if (!t->seek) { snprintf(err, errlen, "task %s cannot resume its data order", t->name); goto out; }
+    if (t->seek(t, s, dp, err, errlen)) goto out;
+    snprintf(path, sizeof path, "%s/state.bin", from);
+    if (read_buffers(s, path, json_object_get(st, "buffers"), err, errlen)) goto out;
+    if (restore_rows(from, rec->dir, "metrics.csv", &rec->csv, err, errlen) ||
+        restore_rows(from, rec->dir, "diagnostics.csv", &diag->csv, err, errlen))
+        goto out;
+    s->tick = (uint32_t)tick;
+    p->first_loss = get_real(st, "first_loss");
+    p->last_loss = get_real(st, "last_loss");
+    p->elapsed = get_real(st, "elapsed_s");
+    if (!isfinite(p->elapsed)) p->elapsed = 0;
+    replace_array(p->losses, json_object_get(m, "losses"));
+    replace_array(p->trace, json_object_get(m, "loss_scale_trace"));
+    replace_array(p->overflows, json_object_get(m, "overflow_steps"));
+    json_t *evals = json_object_get(m, "evals");
+    if (json_array_size(evals)) json_object_set(metrics, "evals", evals);
+    json_t *resumed = json_object_get(rec->root, "resumed");
+    if (!resumed) json_object_set_new(rec->root, "resumed", resumed = json_array());
+    json_array_append_new(resumed, json_pack("{s:s, s:I}", "from", from, "step", (json_int_t)p->step));
+    rc = 0;
+out:
+    json_decref(cfg);
+    json_decref(st);
+    return rc;
+}
