@@ -1,7 +1,7 @@
 /* Self-attention's core in one op (ABI 1.11, mpx_attention in mpx/ops.h): each pool
  * thread takes whole heads and runs, for one head, exactly the GEMMs and row ops the
  * model would otherwise run over all heads at once: cpu_gemm_local (the gemm op's kernel
- * and conversions for one batch item) and the row loops of cpu_rows.c. The bits are
+ * and conversions for one batch item) and the row loops of cpu_rows_softmax.c. The bits are
  * theirs; what changes is where the [seq, seq] intermediates live. Batched over heads,
  * every one of them (scores, probabilities, dropped probabilities, their gradients) goes
  * to memory and back between ops: 12 such passes per layer, several MiB each, more than

@@ -2,7 +2,8 @@
  * ops and the op table. The ops themselves live in one file per group:
  *   cpu_elementwise.c  cast, add, axpby, scale, gelu, dropout, apply_update
  *   cpu_gemm.c         gemm (OpenBLAS sgemm on fp32-widened inputs)
- *   cpu_rows.c         bias_add/grad, layernorm, softmax (and fused with dropout), cross_entropy
+ *   cpu_rows.c         bias_add/grad, layernorm, cross_entropy
+ *   cpu_rows_softmax.c softmax (and fused with dropout)
  *   cpu_attention.c    the attention core in one op, a head per thread (ABI 1.11)
  *   cpu_misc.c         embeddings, sum_squares, count_nonfinite
  *   cpu_vecmath.c      vectorised Philox, Phi and exp used by those

@@ -16,6 +16,9 @@
 
 #include "mpx/mpx.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
+
 /* Elements per conversion block: buffers of this many floats live on the stack. */
 #define CPU_BLOCK 1024
 /* Rows per fixed reduction block (bias_grad, layernorm_bwd): independent of threads. */
@@ -260,5 +263,73 @@ int cpu_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, mp
                       size_t table_rows, size_t dim);
 int cpu_sum_squares(void *be, mpx_arg x, size_t n, double *out);
 int cpu_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
+
+/* ---- the row ops' job and helpers (cpu_rows.c, cpu_rows_softmax.c) ---- */
+
+/* Rows per piece handed to a thread (rows are cols-sized; a few hundred floats each). */
+#define CPU_ROW_GRAIN 8
+
+typedef struct row_job {
+    cpu_be *be;
+    mpx_arg x, y, dy, dx, aux;      /* per-op meaning, see each op */
+    const float *vec0, *vec1;       /* fp32 copies of per-column vectors (bias, gamma, beta) */
+    float *mean, *rstd;
+    const float *cmean, *crstd;
+    float *partials;                /* column-reduction partials, [block][n_vec][cols] */
+    double *row_loss;
+    const int32_t *labels;
+    size_t rows, cols, heads_rows;
+    float scale, eps, dscale;       /* dscale: the dropout's p in the fused softmax */
+    mpx_rng rng;                    /* the fused softmax's dropout stream */
+    uint32_t *keep;                 /* the attention op's mask bits, keep_words a row (or NULL) */
+    size_t keep_words;
+    int accumulate;
+    atomic_int failed;              /* a worker's allocation failed */
+} row_job;
+
+/* `count` fp32 row buffers of `cols` each, or NULL (flagging the job). */
+static inline float *row_buffers(row_job *j, size_t count)
+{
+    float *b = malloc(count * j->cols * sizeof(float));
+    if (!b) atomic_store(&j->failed, 1);
+    return b;
+}
+
+static inline int finish(row_job *j, const char *op)
+{
+    if (atomic_load(&j->failed))
+        return (void)CPU_FAIL(j->be, "cpu %s: out of memory for row buffers (cols=%zu)", op, j->cols), MPX_ERR_NOMEM;
+    return MPX_OK;
+}
+
+/* fp32 rows in place:
+ * an fp32 row is read and written where it is stored (no copy into a work buffer);
+ * other dtypes go through `buf`. Each row op reads element c of its inputs before it
+ * writes element c of its output (or finishes reading a row before writing it), so an
+ * output aliasing an input is fine. */
+static inline const float *row_in(const row_job *j, mpx_arg a, size_t off, float *buf)
+{
+    if (a.t == MPX_F32) return (const float *)a.p + off;
+    cpu_load(j->be, a, off, j->cols, buf);
+    return buf;
+}
+
+static inline float *row_out(mpx_arg a, size_t off, float *buf)
+{
+    return a.t == MPX_F32 ? (float *)a.p + off : buf;
+}
+
+static inline void row_done(const row_job *j, const float *r, mpx_arg a, size_t off)
+{
+    if (a.t != MPX_F32) cpu_store(j->be, r, a, off, j->cols);
+}
+
+/* Sums and maxima over a row in 8 interleaved lanes combined in a fixed order: the loops
+ * vectorise, and the result depends only on n (never on threads). */
+#define LANES 8
+/* sum x[c] and sum x[c] y[c], c < n, in those lanes (cpu_rows.c; the maximum, row_max, is
+ * cpu_rows_softmax.c's) */
+float cpu_row_sum(const float *x, size_t n);
+float cpu_row_dot(const float *x, const float *y, size_t n);
 
 #endif

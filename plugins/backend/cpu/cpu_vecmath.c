@@ -299,7 +299,7 @@ static void exp_avx2(const float *x, float *out, size_t n, int avx512)
     for (; j < n; j++) out[j] = expf(x[j]);
 }
 
-/* out[j] = exp(x[j] - sub) and their sum in row_sum's order: 8 lane sums over the full
+/* out[j] = exp(x[j] - sub) and their sum in cpu_row_sum's order: 8 lane sums over the full
  * groups of 8 (lane k takes the elements j with j % 8 == k), the tail into lane 0, then
  * ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)). One pass instead of subtract, exp, sum. */
 __attribute__((target("avx2,fma")))
