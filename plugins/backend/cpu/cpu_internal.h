@@ -85,9 +85,17 @@ int cpu_small_gemm_fits(const cpu_be *be, const mpx_gemm *g);
 int cpu_small_gemm(const cpu_be *be, const mpx_gemm *g, const float *A, int lda, const float *B, int ldb,
                    float *C, int ldc, float *panel);
 /* dst[c dst_ld + r] = src[r src_ld + c] for r < rows, c < cols (8 x 8 blocks in AVX
- * registers when the CPU has AVX2; cpu_gemm_linear.c): the GEMM kernels' packing. */
+ * registers when the CPU has AVX2; cpu_gemm_pack.c): the GEMM kernels' packing. */
 void cpu_transpose_into(const cpu_be *be, const float *src, size_t src_ld, int rows, int cols, float *dst,
                         size_t dst_ld);
+/* The same from a 16-bit source (element (r, c) at off + r src_ld + c), widened as it goes. */
+void cpu_transpose_widen(const cpu_be *be, mpx_arg src, size_t off, size_t src_ld, int rows, int cols, float *dst,
+                         size_t dst_ld);
+/* The linear kernel's row-order packing (cpu_gemm_pack.c): kc source rows of n panel
+ * columns each, from element first, ld apart (fp32 at f32, else a16 widened), into
+ * panels of w columns at dst, the columns past n zero. */
+void cpu_pack_rows(const cpu_be *be, const float *f32, mpx_arg a16, size_t first, size_t ld, int kc, int n, int w,
+                   float *dst);
 /* Floats of the packed op(B) panel cpu_small_gemm needs (`panel`; NULL: it allocates). */
 size_t cpu_small_gemm_panel_floats(const cpu_be *be, const mpx_gemm *g);
 
