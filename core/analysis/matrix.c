@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../config/config_internal.h"
+#include "../config/config_util.h"
 #include "../config/core_schema.h"
 #include "../engine/registry.h"
 #include "sweep_read.h"

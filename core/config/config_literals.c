@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_internal.h"
+#include "config_literals.h"
 
 enum { MAX_INCLUDE_DEPTH = 10 }; /* libconfig 1.5's scanner */
 

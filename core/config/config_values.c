@@ -4,7 +4,7 @@
  * would match every tensor). */
 #include <string.h>
 
-#include "config_internal.h"
+#include "config_values.h"
 
 #define MAX_NO_DECAY 64
 

@@ -1,7 +1,7 @@
 /* The effective configuration as libconfig text (for `mpx check` and the run folder)
  * and as JSON (for run.json). Both list groups and keys in schema order, then anything
  * else (sub-groups) in the order the file gave them. */
-#include "config_internal.h"
+#include "config_util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * literals (for -s), labels (for names) and JSON (for records). */
 #include "sweep.h"
 
-#include "../config/config_internal.h"
+#include "../config/config_literals.h"
 
 #include <libconfig.h>
 #include <math.h>

@@ -1,7 +1,11 @@
-/* Shared between config.c (lifecycle, overrides, getters), config_check.c (validation)
- * and config_write.c (output). Not part of the core's interface. */
-#ifndef MPX_CONFIG_INTERNAL_H
-#define MPX_CONFIG_INTERNAL_H
+/* The bottom of core/config: the configuration's struct, the error list and the helpers
+ * every other file of the folder shares (config_util.c defines them). Included by
+ * config_load.c (lifecycle, overrides), config_get.c (getters), config_write.c (output)
+ * and the checkers' headers (config_check.h, config_check_value.h, config_literals.h,
+ * config_values.h); outside the folder by the analysis (matrix.c: mpx_config_find_group).
+ * It includes only config.h. Not part of the core's interface. */
+#ifndef MPX_CONFIG_UTIL_H
+#define MPX_CONFIG_UTIL_H
 
 #include "config.h"
 
@@ -41,23 +45,7 @@ void mpx_config_where(const config_setting_t *s, const char *path, char *buf, si
 config_setting_t *mpx_config_copy_setting(config_setting_t *parent, const char *name,
                                           const config_setting_t *from, const void *hook);
 
-/* Validates the whole tree against the schemas, converting integers given for float
- * keys and filling defaults. Returns the number of errors added. */
-int mpx_config_check(config_t *cfg, const char *path, const mpx_group_schema *groups,
-                     size_t n_groups, const mpx_schema_source *src, mpx_errs *e);
-
-/* Integer literals without the L suffix that do not fit 32 bits (libconfig 1.5 wraps
- * them), each an error naming "FILE:LINE" (or fixed_where) and the key (or fixed_key). */
-void mpx_config_scan_int_literals(const char *text, const char *file, const char *fixed_where,
-                                  const char *fixed_key, mpx_errs *e);
-/* The same over a file and the files it @includes (include_dir as config_set_include_dir;
- * NULL: the working folder); -1 when any was found. */
-int mpx_config_scan_file_int_literals(const char *path, const char *include_dir, mpx_errs *e);
-
-/* Values the schema's types and ranges cannot express (run.name a folder name, no empty
- * or more than 64 optimizer.no_decay patterns). Returns the number of errors added. */
-int mpx_config_check_values(config_t *cfg, const char *path, mpx_errs *e);
-
+/* The schema of the top-level group `name`; NULL if there is none. */
 const mpx_group_schema *mpx_config_find_group(const mpx_group_schema *groups, size_t n,
                                               const char *name);
 /* The options of sub-group `name` of group `g` (a plugin's or a core sub-schema's).

@@ -1,76 +1,16 @@
 /* The run configuration's lifecycle: reading the file, applying `-s KEY=VALUE`
- * overrides, revalidating on mpx_config_set, and typed getters. Validation lives in
- * config_check.c, output in config_write.c. */
-#include "config_internal.h"
+ * overrides, revalidating on mpx_config_set, freeing. Validation lives in
+ * config_check.c (and config_literals.c, config_values.c), getters in config_get.c,
+ * output in config_write.c, the shared helpers in config_util.c. */
+#include "config_check.h"
+#include "config_literals.h"
+#include "config_util.h"
+#include "config_values.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char mpx_config_default_where[] = "the schema default";
-
-void mpx_errs_add(mpx_errs *e, const char *fmt, ...)
-{
-    e->n++;
-    if (!e->buf || e->cap == 0 || e->len + 1 >= e->cap) return;
-    if (e->len > 0) e->buf[e->len++] = '\n';
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(e->buf + e->len, e->cap - e->len, fmt, ap);
-    va_end(ap);
-    if (w < 0) w = 0;
-    e->len += (size_t)w;
-    if (e->len >= e->cap) e->len = e->cap - 1;
-    e->buf[e->len] = '\0';
-}
-
-void mpx_config_where(const config_setting_t *s, const char *path, char *buf, size_t n)
-{
-    for (; s; s = config_setting_parent(s)) {
-        if (config_setting_get_hook(s)) {
-            snprintf(buf, n, "%s", (const char *)config_setting_get_hook(s));
-            return;
-        }
-        if (config_setting_source_line(s) > 0) {
-            const char *file = config_setting_source_file(s);
-            snprintf(buf, n, "%s:%u", file ? file : (path ? path : "config"),
-                     config_setting_source_line(s));
-            return;
-        }
-    }
-    snprintf(buf, n, "%s", path ? path : "config");
-}
-
-static int copy_scalar(config_setting_t *to, const config_setting_t *from)
-{
-    switch (config_setting_type(from)) {
-    case CONFIG_TYPE_INT: return config_setting_set_int(to, config_setting_get_int(from));
-    case CONFIG_TYPE_INT64: return config_setting_set_int64(to, config_setting_get_int64(from));
-    case CONFIG_TYPE_FLOAT: return config_setting_set_float(to, config_setting_get_float(from));
-    case CONFIG_TYPE_BOOL: return config_setting_set_bool(to, config_setting_get_bool(from));
-    case CONFIG_TYPE_STRING: return config_setting_set_string(to, config_setting_get_string(from));
-    default: return CONFIG_FALSE;
-    }
-}
-
-config_setting_t *mpx_config_copy_setting(config_setting_t *parent, const char *name,
-                                          const config_setting_t *from, const void *hook)
-{
-    config_setting_t *to = config_setting_add(parent, name, config_setting_type(from));
-    if (!to) return NULL;
-    config_setting_set_hook(to, (void *)hook);
-    to->line = 0; /* a copy has no line in the file: messages cite its hook instead */
-    if (!config_setting_is_aggregate(from)) return copy_scalar(to, from) ? to : NULL;
-    int len = config_setting_length(from);
-    for (int i = 0; i < len; i++) {
-        const config_setting_t *m = config_setting_get_elem(from, (unsigned)i);
-        const char *mname = config_setting_is_group(from) ? config_setting_name(m) : NULL;
-        if (!mpx_config_copy_setting(to, mname, m, hook)) return NULL;
-    }
-    return to;
-}
 
 /* ---- Overrides ------------------------------------------------------------------- */
 
@@ -318,108 +258,4 @@ void mpx_config_free(mpx_config *c)
 const char *mpx_config_path(const mpx_config *c)
 {
     return c->path;
-}
-
-/* ---- Getters ----------------------------------------------------------------------- */
-
-config_setting_t *mpx_config_lookup(const mpx_config *c, const char *dotted_key)
-{
-    if (!c || !dotted_key || !*dotted_key) return NULL;
-    return config_lookup(c->cfg, dotted_key);
-}
-
-static int is_int(const config_setting_t *s)
-{
-    return config_setting_type(s) == CONFIG_TYPE_INT || config_setting_type(s) == CONFIG_TYPE_INT64;
-}
-
-static int number_of(const config_setting_t *s, double *out)
-{
-    if (config_setting_type(s) == CONFIG_TYPE_FLOAT) *out = config_setting_get_float(s);
-    else if (is_int(s)) *out = (double)config_setting_get_int64(s);
-    else return -1;
-    return 0;
-}
-
-int mpx_config_get_int(const mpx_config *c, const char *key, int64_t *out)
-{
-    const config_setting_t *s = mpx_config_lookup(c, key);
-    if (!s || !is_int(s)) return -1;
-    *out = config_setting_get_int64(s);
-    return 0;
-}
-
-int mpx_config_get_float(const mpx_config *c, const char *key, double *out)
-{
-    const config_setting_t *s = mpx_config_lookup(c, key);
-    return s ? number_of(s, out) : -1;
-}
-
-int mpx_config_get_bool(const mpx_config *c, const char *key, int *out)
-{
-    const config_setting_t *s = mpx_config_lookup(c, key);
-    if (!s || config_setting_type(s) != CONFIG_TYPE_BOOL) return -1;
-    *out = config_setting_get_bool(s);
-    return 0;
-}
-
-int mpx_config_get_string(const mpx_config *c, const char *key, const char **out)
-{
-    const config_setting_t *s = mpx_config_lookup(c, key);
-    if (!s || config_setting_type(s) != CONFIG_TYPE_STRING) return -1;
-    *out = config_setting_get_string(s);
-    return 0;
-}
-
-static const config_setting_t *list_at(const mpx_config *c, const char *key, size_t *n)
-{
-    const config_setting_t *s = mpx_config_lookup(c, key);
-    if (!s || !(config_setting_is_list(s) || config_setting_is_array(s))) return NULL;
-    *n = (size_t)config_setting_length(s);
-    return s;
-}
-
-int mpx_config_get_float_list(const mpx_config *c, const char *key, double *out, size_t cap, size_t *n)
-{
-    size_t len = 0;
-    const config_setting_t *s = list_at(c, key, &len);
-    if (!s) return -1;
-    *n = len;
-    for (size_t i = 0; i < len; i++) {
-        double v;
-        if (number_of(config_setting_get_elem(s, (unsigned)i), &v) != 0) return -1;
-        if (i < cap) out[i] = v;
-    }
-    return len > cap ? -1 : 0;
-}
-
-int mpx_config_get_string_list(const mpx_config *c, const char *key, const char **out, size_t cap, size_t *n)
-{
-    size_t len = 0;
-    const config_setting_t *s = list_at(c, key, &len);
-    if (!s) return -1;
-    *n = len;
-    for (size_t i = 0; i < len; i++) {
-        const config_setting_t *m = config_setting_get_elem(s, (unsigned)i);
-        if (config_setting_type(m) != CONFIG_TYPE_STRING) return -1;
-        if (i < cap) out[i] = config_setting_get_string(m);
-    }
-    return len > cap ? -1 : 0;
-}
-
-const char *mpx_config_selected(const mpx_config *c, const char *group)
-{
-    const mpx_group_schema *g = mpx_config_find_group(c->groups, c->n_groups, group);
-    if (!g || !g->selector) return NULL;
-    const config_setting_t *gs = config_setting_get_member(config_root_setting(c->cfg), group);
-    const config_setting_t *s = gs ? config_setting_get_member(gs, g->selector) : NULL;
-    return s && config_setting_type(s) == CONFIG_TYPE_STRING ? config_setting_get_string(s) : NULL;
-}
-
-int mpx_config_remove(mpx_config *c, const char *key)
-{
-    config_setting_t *m = config_lookup(c->cfg, key);
-    if (!m) return 0;
-    config_setting_t *parent = config_setting_parent(m);
-    return parent && config_setting_remove(parent, config_setting_name(m)) == CONFIG_TRUE ? 0 : -1;
 }
