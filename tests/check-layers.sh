@@ -29,7 +29,7 @@ if [ "${1:-}" = "--self-test" ]; then
     plant record/notes.c '#include "../cli/cli.h"' 'core/record/notes.c:'
     plant engine/shard.c '#include "session.h"' 'a circle of includes'
     plant engine/train_step.c '#include "../config/config.h"' 'only the session-level files read the configuration'
-    plant config/config.c '#include "../engine/session.h"' 'core/config/ may not include core/engine/'
+    plant config/config_load.c '#include "../engine/session.h"' 'core/config/ may not include core/engine/'
     plant analysis/diff.c '#include "../../datasets/squad_reader.h"' 'may include datasets/ only for'
     echo "check-layers self-test: 5 planted violations caught (an upward include, a circle, config read below the session, config reaching up, datasets outside the tasks)"
     exit 0
