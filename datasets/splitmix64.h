@@ -1,5 +1,5 @@
 /* splitmix64 (Vigna): the small seeded generator behind seeded question samples
- * (squad_slice.c) and the paired bootstrap (core/src/paired.c); both are documented to
+ * (squad_slice.c) and the paired bootstrap (core/analysis/paired.c); both are documented to
  * draw exactly this sequence so that a Python script can repeat them. */
 #ifndef MPX_DATASETS_SPLITMIX64_H
 #define MPX_DATASETS_SPLITMIX64_H

@@ -12,7 +12,7 @@
 #include "../datasets/squad_features.h"
 #include "mpx/numerics.h"
 
-#define SHUFFLE_SITE 0x53510001u   /* core/src/task_squad.c's SQUAD_SHUFFLE_SITE */
+#define SHUFFLE_SITE 0x53510001u   /* core/tasks/task_squad.c's SQUAD_SHUFFLE_SITE */
 
 static void cost(const int32_t *order, const int32_t *len, int32_t n, int32_t batch, double *tok, double *att)
 {

@@ -80,7 +80,7 @@ Test(faults, a_sigkilled_run_is_recorded_killed_by_the_next_sweep_and_resumed, .
 }
 
 /* mpx sweep itself killed (SIGKILL) at one point of a sweep (the sweep's fault hook,
- * MPX_SWEEP_FAULT=POINT:K, core/src/sweep_fault.c), then the same command again: the
+ * MPX_SWEEP_FAULT=POINT:K, core/sweep/sweep_fault.c), then the same command again: the
  * sweep must end as an uninterrupted one does — the same matrix, every cell's loss curve
  * bitwise, every cell finished in sweep.json — having run again only what was lost. */
 static const char *const sweep_keys = "-s train.max_steps=20 -s train.checkpoint_every=10";

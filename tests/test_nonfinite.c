@@ -1,6 +1,6 @@
 /* NaN or inf in a step that no loss scaler can skip (precision.loss_scale "none": fp32,
  * bf16-master, pure-bf16) stops the run naming the step, the op and the tensor
- * (core/src/nonfinite.h); with a dynamic scale the step is skipped as before.
+ * (core/engine/nonfinite.h); with a dynamic scale the step is skipped as before.
  *
  * The overflow is made two ways, each derived by hand:
  * - the toy model with lr = 1e30: step 0 is finite (initial weights), its update (the
@@ -216,8 +216,8 @@ static const char *csv_field(const char *rows, int step, int col, char *buf, siz
     return buf;
 }
 
-/* Without loss scaling the overflow check is the gradient norm's pass (core/src/train.c,
- * check_overflow): an inf in the gradient makes the sum of squares inf, but so do finite
+/* Without loss scaling the overflow check is the gradient norm's pass (core/engine/train_step.c,
+ * mpx_train_check_overflow): an inf in the gradient makes the sum of squares inf, but so do finite
  * values past sqrt(FLT_MAX) (1e30 squared is 1e60). An injected 1e30 at step 2 of fp32's
  * 4-step toy run is no overflow: the step is taken with norm inf (which the clip leaves
  * alone, clip.c), SGD moves one weight by 5e28, step 3's loss and norm are huge (its

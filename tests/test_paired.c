@@ -1,6 +1,6 @@
 /* Paired bootstrap of two groups of runs on the same questions against an independent
  * reference: tests/fixtures/paired/expected.json, computed by make_paired_fixture.py with
- * numpy over the documented resampling rule (core/src/paired.h); the CLI's errors for
+ * numpy over the documented resampling rule (core/analysis/paired.h); the CLI's errors for
  * mismatched question lists and missing files; mpx matrix --paired. */
 #include <criterion/criterion.h>
 #include <jansson.h>

@@ -1,5 +1,5 @@
 /* Scaling recipes and 8-bit formats in the CPU backend.
- *  - delayed scaling (core/src/scaling.c) reproduces the reference trace of Transformer
+ *  - delayed scaling (core/engine/scaling.c) reproduces the reference trace of Transformer
  *    Engine's amax_and_scale_update on a fixed amax sequence
  *    (tests/fixtures/scaling/make_delayed_trace.py: TE's algorithm transcribed to numpy,
  *    TE itself needs CUDA), for E4M3/E5M2, several history lengths, both algorithms and

@@ -1,4 +1,4 @@
-/* The optimizer's update on several threads (train.update_threads, core/src/opt_threads.c)
+/* The optimizer's update on several threads (train.update_threads, core/engine/opt_threads.c)
  * against one thread: the cut of a step's pieces into groups, element by element
  * against the uncut pieces (enumerated); then toy runs on 1, 2 and 3 threads — fp32
  * (SGD with momentum), bf16-master with stochastic rounding, pure-bf16 with Kahan and

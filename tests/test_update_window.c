@@ -1,4 +1,4 @@
-/* The update window by window (train.update_chunk, core/src/update_window.c) against
+/* The update window by window (train.update_chunk, core/engine/update_window.c) against
  * the whole-shard path (train.update_chunk = 0, the step as it was before windows):
  * every policy and rounding mode, every optimizer, ZeRO stages 1 and 2 at 2 ranks —
  * the loss curve, gradient norms, diagnostics rows and the saved training state
