@@ -74,6 +74,29 @@ static void print_precision(FILE *out, const mpx_precision_desc *d, const mpx_fo
             d->upstream & MPX_UPSTREAM_UNSCALE_UPDATED ? "updated" : "used");
 }
 
+/* Which gradient the ranks step on (docs/RANKS.md). */
+static void print_reduction(FILE *out, const mpx_session *s, int64_t ranks)
+{
+    if (ranks <= 1) {
+        fprintf(out, "# gradient reduction: none (1 rank)%s\n", s->set.ds_lp_grads
+                ? "; zero.deepspeed_bf16_reduce = \"lp-grads\" changes nothing at 1 rank" : "");
+        return;
+    }
+    if (s->set.ds_lp_grads) {
+        fprintf(out, "# gradient reduction: DeepSpeed 0.8.0-0.13.2's BF16_Optimizer path (zero.deepspeed_bf16_reduce = "
+                "\"lp-grads\"):\n#   each of the %lld ranks adds its own grads into its %s accumulator; the %s grads are "
+                "all-reduced and never read;\n#   each rank steps its 1/%lld of the master on its own gradient, clipped by "
+                "its own norm; the weights are gathered\n", (long long)ranks, mpx_dtype_label(&s->fmts, s->prec.grad_acc),
+                mpx_dtype_label(&s->fmts, s->prec.grads), (long long)ranks);
+        return;
+    }
+    mpx_dtype acc = s->prec.grad_acc != MPX_DTYPE_NONE ? s->prec.grad_acc : s->prec.grads;
+    mpx_dtype wire = s->prec.comm != MPX_DTYPE_NONE ? s->prec.comm : acc;
+    fprintf(out, "# gradient reduction: the accumulated %s gradient, all-reduced over %lld ranks in %s; every rank "
+            "steps on the sum\n#   (DeepSpeed >= 0.13.3 for bf16; zero.deepspeed_bf16_reduce = \"fp32-buffer\")\n",
+            mpx_dtype_label(&s->fmts, acc), (long long)ranks, mpx_dtype_label(&s->fmts, wire));
+}
+
 int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
 {
     char msg[4096];
@@ -115,6 +138,7 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
     }
     fprintf(out, "\n# data: %zu training examples (%s); batch %lld x accumulation %lld x %lld rank(s), %lld epoch(s)\n",
             n_train, t.name, (long long)batch, (long long)accum, (long long)ranks, (long long)epochs);
+    print_reduction(out, s, ranks);
     print_schedule(out, type, &p, &sm);
     if (total_cfg > 0 && total_cfg != steps)
         fprintf(err, "mpx check: warning: scheduler.total_steps = %lld, but the data and global batch yield %lld "

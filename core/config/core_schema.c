@@ -149,7 +149,15 @@ static const mpx_subschema scheduler_subs[] = {
     { "warmup_decay_lr", warmup_decay_lr_opts, MPX_COUNT(warmup_decay_lr_opts) },
 };
 
-static const mpx_option zero_opts[] = { SELECTOR("\"stage0\"", "ZeRO stage plugin (mpx plugins lists them)") };
+static const mpx_option zero_opts[] = {
+    SELECTOR("\"stage0\"", "ZeRO stage plugin (mpx plugins lists them)"),
+    CHOICE("deepspeed_bf16_reduce", "\"fp32-buffer\"", "fp32-buffer|lp-grads",
+           "which gradient DeepSpeed's BF16_Optimizer (a 16-bit policy with a wider gradient accumulator, stages 0 "
+           "and 1) all-reduces: fp32-buffer = the accumulator, as DeepSpeed >= 0.13.3; lp-grads = the 16-bit grads, "
+           "which nothing reads again, after each rank added its own into its accumulator, as DeepSpeed 0.8.0 to "
+           "0.13.2: every rank steps its master partition on its unreduced gradient, clipped by its own norm "
+           "(docs/RANKS.md)"),
+};
 static const mpx_option backend_opts[] = { SELECTOR("\"cpu\"", "compute backend plugin (mpx plugins lists them)") };
 static const mpx_option comm_opts[] = { SELECTOR("\"local\"", "communicator plugin (mpx plugins lists them)") };
 

@@ -135,6 +135,13 @@ int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
     char why[512];
     if (!strcmp(s->inst[MPX_KIND_ZERO].rec->desc.name, "stage3") && mpx_wgather_model_refuses(s, why, sizeof why))
         append(err, errlen, "%s%s%s\n", why, "", "");
+    /* DeepSpeed takes BF16_Optimizer without ZeRO or at stage 1 (with fp32 accumulation);
+     * from stage 2 its ZeRO optimizer reduces what it steps on */
+    const char *zn = s->inst[MPX_KIND_ZERO].rec->desc.name;
+    if (s->set.ds_lp_grads && (!strcmp(zn, "stage2") || !strcmp(zn, "stage3")))
+        append(err, errlen, "zero.deepspeed_bf16_reduce = \"lp-grads\" emulates DeepSpeed's BF16_Optimizer, which "
+               "runs without ZeRO or at stage 1; zero/%s reduces the gradients it steps on (DeepSpeed's ZeRO "
+               "optimizer)%s%s\n", zn, "", "");
     size_t n = strlen(err);
     if (n && err[n - 1] == '\n') err[n - 1] = 0;
     return n ? -1 : 0;
@@ -181,6 +188,17 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
                  s->prec.loss_scale, mpx_scaler_names());
         return -1;
     }
+    /* BF16_Optimizer: 16-bit grads added into a wider accumulator, no loss scaling */
+    const mpx_precision_desc *d = &s->prec;
+    if (s->set.ds_lp_grads && (d->grad_acc == MPX_DTYPE_NONE || d->grad_acc == d->grads || d->grads == MPX_F32 ||
+                               (d->loss_scale && strcmp(d->loss_scale, "none") != 0))) {
+        snprintf(err, errlen, "zero.deepspeed_bf16_reduce = \"lp-grads\" emulates DeepSpeed's BF16_Optimizer (16-bit "
+                 "grads added into an fp32 accumulator, no loss scaling); %s has %s grads, %s, and loss scale \"%s\" "
+                 "(bf16-master is that policy)", p->env.label, mpx_dtype_label(&s->fmts, d->grads),
+                 d->grad_acc == MPX_DTYPE_NONE || d->grad_acc == d->grads ? "no wider accumulator" : "a wider accumulator",
+                 d->loss_scale ? d->loss_scale : "none");
+        return -1;
+    }
     mpx_scaling_free(&s->scaling);
     free(s->param_gemm);
     s->param_gemm = NULL;
@@ -209,6 +227,12 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     mpx_instance *z = &s->inst[MPX_KIND_ZERO];
     START(MPX_KIND_ZERO, z->rec->vt.zero.create(&z->env.pub, &z->self));
     s->stage = z->rec->vt.zero.stage(z->self);
+    s->lp_unread = s->set.ds_lp_grads && s->world > 1;
+    if (s->set.ds_lp_grads && s->stage >= 2) {
+        snprintf(err, errlen, "zero.deepspeed_bf16_reduce = \"lp-grads\" emulates DeepSpeed's BF16_Optimizer (no ZeRO or "
+                 "stage 1); %s is stage %d", z->env.label, s->stage);
+        return -1;
+    }
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     if (s->stage >= 3 && mpx_wgather_model_refuses(s, err, errlen)) return -1;
     START(MPX_KIND_MODEL, m->rec->vt.model.create(&m->env.pub, &m->self));

@@ -111,6 +111,10 @@ struct mpx_session {
     size_t shard_begin, shard_len; /* the owned range [begin, begin + len) of numel_pad */
     mpx_arg grad_shard;      /* stage 2: this rank's reduced gradient slice */
     mpx_arg comm_buf;        /* the gradient in precision.comm_dtype when it differs */
+    /* zero.deepspeed_bf16_reduce = "lp-grads" at several ranks (DeepSpeed 0.8.0 to 0.13.2,
+     * shard.h): the 16-bit grads are all-reduced and left unread, each rank steps on its
+     * own accumulator */
+    int lp_unread;
     /* stage 3 (weight_gather.h): s->weights is [weights_base, + weights_len) of the padded
      * buffer (elsewhere 0 and numel_pad); the gather hook the model calls and its buffer */
     size_t weights_base, weights_len;

@@ -84,6 +84,9 @@ int mpx_settings_resolve(mpx_settings *st, const mpx_config *cfg, char *err, siz
         st->has_backend_threads = mpx_config_lookup(cfg, key) && mpx_config_get_int(cfg, key, &st->backend_threads) == 0;
     }
     if (mpx_config_lookup(cfg, "run.max_memory")) mpx_config_get_float(cfg, "run.max_memory", &st->max_memory);
+    const char *reduce = NULL;
+    st->ds_lp_grads = mpx_config_get_string(cfg, "zero.deepspeed_bf16_reduce", &reduce) == 0 && reduce &&
+                      strcmp(reduce, "lp-grads") == 0;
     mpx_scaler_keys_read(cfg, &st->scaler);
     read_schedule(cfg, &st->schedule);
 

@@ -39,6 +39,7 @@ typedef struct mpx_settings {
     int has_backend_threads;      /* backend.<selected>.threads was read into: */
     int64_t backend_threads;
     double max_memory;            /* run.max_memory (0 when absent: the machine's memory) */
+    int ds_lp_grads;              /* zero.deepspeed_bf16_reduce = "lp-grads" (DeepSpeed 0.8.0 to 0.13.2) */
     mpx_scaler_keys scaler;       /* the precision group's loss-scaler keys */
     mpx_schedule_spec schedule;
     /* the effective configuration as a training-state checkpoint keeps it: its JSON form

@@ -61,8 +61,25 @@ static int cast_or_copy(mpx_session *s, mpx_arg x, mpx_arg y, size_t n)
     return s->ops->cast(s->be, x, y, n);
 }
 
+/* DeepSpeed 0.8.0 to 0.13.2, bf16 with BF16_Optimizer: backward has already added this
+ * rank's 16-bit grads into its fp32 accumulator (update_hp_grads); the engine's
+ * all-reduce then takes the module's 16-bit grads (buffered_allreduce_fallback over
+ * param.grad: the last micro-batch's), which the next backward clears unread. The same
+ * all-reduce here, for its time; the accumulator stays this rank's own. */
+static int reduce_unread(mpx_session *s, char *err, size_t errlen)
+{
+    if (comm_vt(s)->allreduce(s->inst[MPX_KIND_COMM].self, s->grads, s->numel_pad, MPX_SUM)) {
+        mpx_session_error(s, MPX_KIND_COMM, err, errlen);
+        snprintf(err + strlen(err), errlen - strlen(err), " (the unread all-reduce of the %s grads)",
+                 mpx_dtype_name(s->grads.t));
+        return -1;
+    }
+    return 0;
+}
+
 int mpx_shard_reduce_grads(mpx_session *s, char *err, size_t errlen)
 {
+    if (s->lp_unread) return reduce_unread(s, err, errlen);
     mpx_arg acc = s->grad_acc.p ? s->grad_acc : s->grads, wire = acc;
     size_t n = s->numel_pad;
     if (s->world > 1 && s->prec.comm != MPX_DTYPE_NONE && s->prec.comm != acc.t) {

@@ -21,7 +21,9 @@ int mpx_shard_plan(mpx_session *s, char *err, size_t errlen);
 
 /* Step 4: reduce the accumulated gradients over the ranks in precision.comm_dtype (one
  * rank: no communication, no cast). Afterwards mpx_shard_reduced() holds this rank's
- * reduced slice. */
+ * reduced slice. Under s->lp_unread (zero.deepspeed_bf16_reduce = "lp-grads", DeepSpeed
+ * 0.8.0 to 0.13.2) the 16-bit grads are all-reduced instead and nothing reads them: the
+ * accumulator, and so mpx_shard_reduced(), stays this rank's own gradient. */
 int mpx_shard_reduce_grads(mpx_session *s, char *err, size_t errlen);
 
 /* This rank's reduced gradient slice (shard_len elements, the accumulator's dtype). */

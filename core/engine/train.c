@@ -12,6 +12,7 @@
 
 #include "clip.h"
 #include "diagnostics.h"
+#include "divergence.h"
 #include "loss_scaler.h"
 #include "launch.h"
 #include "nonfinite.h"
@@ -207,6 +208,8 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
             return -1;
         }
         if (mpx_shard_reduce_grads(s, err, errlen)) return -1;
+        const int due = mpx_divergence_due(s, step, total);
+        if (due && mpx_divergence_grads(s, step, metrics, err, errlen)) return -1;
         int overflow = 0, skip = 0;
         /* without loss scaling the scale stays 1: the norm is the check's (check_overflow) */
         if (mpx_train_check_overflow(s, step, !strcmp(lsp->preset, "none") && scale == 1.0, &overflow, &norm, err, errlen))
@@ -225,6 +228,7 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
             skipped++;
             json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));
         }
+        if (due && mpx_divergence_replicas(s, step + 1, metrics, err, errlen)) return -1;
         if (lsp->scale != scale)
             json_array_append_new(trace, json_pack("[I, f]", (json_int_t)step + 1, lsp->scale));
         if (mpx_diag_end_step(diag, s, step, !skip)) { snprintf(err, errlen, "step %lld: diagnostics failed", (long long)step); return -1; }

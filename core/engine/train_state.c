@@ -275,6 +275,10 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
     json_t *evals = json_object_get(metrics, "evals");
     json_t *m = json_pack("{s:O, s:O, s:O, s:o}", "losses", p->losses, "loss_scale_trace", p->trace,
                           "overflow_steps", p->overflows, "evals", evals ? json_deep_copy(evals) : json_array());
+    for (size_t i = 0; m && i < mpx_n_train_state_kept_metrics; i++) {   /* measured so far (divergence.h) */
+        json_t *v = json_object_get(metrics, mpx_train_state_kept_metrics[i]);
+        if (v) json_object_set_new(m, mpx_train_state_kept_metrics[i], json_deep_copy(v));
+    }
     return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o, s:o}",
                      "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)p->step,
                      "total_steps", (json_int_t)p->total, "tick", (json_int_t)s->tick, "seed", (json_int_t)s->seed,

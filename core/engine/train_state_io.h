@@ -22,6 +22,13 @@ typedef struct state_buf {
 
 #define MAX_STATE_BUFS (3 + 2 * MPX_MAX_OPT_STATE)
 
+/* The run.json metrics measured during training that a checkpoint keeps beside evals
+ * (divergence.h), restored on resume. */
+static const char *const mpx_train_state_kept_metrics[] = {
+    "replica_divergence", "replica_divergence_trace", "grad_divergence", "grad_divergence_trace",
+};
+#define mpx_n_train_state_kept_metrics (sizeof mpx_train_state_kept_metrics / sizeof *mpx_train_state_kept_metrics)
+
 /* The buffers the step depends on (weights, master, accumulator, optimizer state ...),
  * into out (MAX_STATE_BUFS); returns how many. */
 size_t mpx_ts_buffers(const mpx_session *s, state_buf *out);

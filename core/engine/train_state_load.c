@@ -257,6 +257,10 @@ int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_reco
     replace_array(p->overflows, json_object_get(m, "overflow_steps"));
     json_t *evals = json_object_get(m, "evals");
     if (json_array_size(evals)) json_object_set(metrics, "evals", evals);
+    for (size_t i = 0; i < mpx_n_train_state_kept_metrics; i++) {
+        json_t *v = json_object_get(m, mpx_train_state_kept_metrics[i]);
+        if (v) json_object_set(metrics, mpx_train_state_kept_metrics[i], v);
+    }
     json_t *resumed = json_object_get(rec->root, "resumed");
     if (!resumed) json_object_set_new(rec->root, "resumed", resumed = json_array());
     json_array_append_new(resumed, json_pack("{s:s, s:I}", "from", from, "step", (json_int_t)p->step));

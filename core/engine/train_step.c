@@ -52,7 +52,11 @@ int mpx_train_accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_
     const mpx_model_vtable *mv = &m->rec->vt.model;
     int64_t world = s->world > 0 ? s->world : 1, n_global = c->accum * world;
     double sums[2] = { 0, 0 }; /* loss, tokens */
-    const float seed = backward_seed(s, scale, n_global);
+    /* every micro-batch's loss over the global batch, its gradients summed over the ranks;
+     * under lp_unread over this rank's micro-batches only (DeepSpeed scales the loss by
+     * the accumulation steps and leaves the averaging over ranks to the all-reduce, whose
+     * result nothing reads) */
+    const float seed = backward_seed(s, scale, s->lp_unread ? c->accum : n_global);
     for (int64_t g = 0; g < n_global; g++) {
         mpx_batch b;
         int64_t tok = 0;
@@ -96,6 +100,34 @@ int mpx_train_accumulate(mpx_session *s, mpx_task *t, const train_cfg *c, int64_
     return 0;
 }
 
+/* BF16_Optimizer's norm under lp_unread: of this rank's whole unreduced fp32 gradient,
+ * with no all-reduce over the ranks (get_global_norm_of_tensors reduces over the
+ * model-parallel group only), so each rank clips by its own norm. */
+static int local_norm(mpx_session *s, double *norm, char *err, size_t errlen)
+{
+    mpx_grad_buf all = { s->grad_acc, s->numel_pad };
+    return mpx_grad_norm(s->ops, s->be, &all, 1, NULL, NULL, norm, err, errlen);
+}
+
+/* Stage 0 under lp_unread: BF16_Optimizer partitions the fp32 master over the ranks even
+ * without ZeRO; each rank steps its partition on its own clipped gradient and the bf16
+ * partitions are all-gathered (update_lp_params). Here every rank holds the whole master,
+ * so it steps the whole of it on a gradient whose partition q is rank q's: the same
+ * update, element for element, as stage 1's partitioned step and gather. */
+static int gather_partitions(mpx_session *s, char *err, size_t errlen)
+{
+    if (!s->lp_unread || s->shard_len != s->numel_pad) return 0;
+    size_t chunk = s->numel_pad / (size_t)s->world;
+    mpx_arg g = mpx_a(s->grad32, MPX_F32);
+    mpx_instance *c = &s->inst[MPX_KIND_COMM];
+    if (c->rec->vt.comm.allgather(c->self, mpx_at(g, (size_t)s->rank * chunk), g, chunk)) {
+        mpx_session_error(s, MPX_KIND_COMM, err, errlen);
+        snprintf(err + strlen(err), errlen - strlen(err), " (gathering each rank's gradient partition)");
+        return -1;
+    }
+    return 0;
+}
+
 /* The optimizer's view of the step's gradient: fp32, unscaled, clipped. Returns the
  * pre-clip global norm: the one check_overflow took already when *norm is not NaN. */
 static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double *norm,
@@ -115,10 +147,12 @@ static int prepare_grad(mpx_session *s, const train_cfg *c, double scale, double
     size_t off, len;
     mpx_shard_norm_slice(s, &off, &len);
     mpx_grad_buf part = { mpx_at(g32, off), len }, all = { g32, n };
-    if (isnan(*norm) && mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum,
-                                      &s->inst[MPX_KIND_COMM].env.pub, norm, err, errlen))
+    if (isnan(*norm) && (s->lp_unread ? local_norm(s, norm, err, errlen)
+                                      : mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum,
+                                                      &s->inst[MPX_KIND_COMM].env.pub, norm, err, errlen)))
         return -1;
-    return mpx_clip_by_norm(s->ops, s->be, &all, 1, c->clip, *norm, NULL, err, errlen);
+    if (mpx_clip_by_norm(s->ops, s->be, &all, 1, c->clip, *norm, NULL, err, errlen)) return -1;
+    return gather_partitions(s, err, errlen);
 }
 
 static int gather_weights(mpx_session *s, char *err, size_t errlen)
@@ -202,7 +236,16 @@ int mpx_train_check_overflow(mpx_session *s, int64_t step, int fused, int *overf
     *norm = NAN;
     mpx_shard_norm_slice(s, &off, &len);
     mpx_arg whole = mpx_shard_reduced(s), red = mpx_at(whole, off);
-    if (fused && s->grad32 && s->grad32 == whole.p && red.t == MPX_F32) {
+    if (s->lp_unread) { /* each rank's own gradient, whole (and no loss scaling: session.c) */
+        red = s->grad_acc;
+        len = s->numel_pad;
+        if (local_norm(s, norm, err, errlen)) {
+            snprintf(err + strlen(err), errlen - strlen(err), " (step %lld, the overflow check)", (long long)step);
+            return -1;
+        }
+        /* a finite sum of squares: every element is finite (below); the flag is still shared */
+        if (isfinite(*norm)) len = 0;
+    } else if (fused && s->grad32 && s->grad32 == whole.p && red.t == MPX_F32) {
         mpx_grad_buf part = { red, len };
         if (mpx_grad_norm(s->ops, s->be, &part, 1, mpx_core_host.allreduce_sum, &s->inst[MPX_KIND_COMM].env.pub,
                           norm, err, errlen)) {
@@ -214,7 +257,7 @@ int mpx_train_check_overflow(mpx_session *s, int64_t step, int fused, int *overf
             return 0;
         }
     }
-    int rc = s->ops->count_nonfinite(s->be, red, len, &bad);
+    int rc = len ? s->ops->count_nonfinite(s->be, red, len, &bad) : 0;
     double flag = bad ? 1.0 : 0.0; /* every rank skips the same step */
     if (rc || mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, &flag, 1)) {
         snprintf(err, errlen, "step %lld: overflow check failed", (long long)step);
