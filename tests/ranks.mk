@@ -4,5 +4,5 @@ RANKS_RING_CHECK := $(BUILD)/tests/bin/ranks_ring_check
 $(RANKS_RING_CHECK): $(BUILD)/obj/tests/ranks_ring_check.o $(BUILD)/obj/tests/support/test_host.o $(BUILD)/lib/libmpx.a
 	@mkdir -p $(@D)
 	$(CC) -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(PKG_LIBS) -ldl -lm -lpthread
-$(eval $(call add_test,test_ranks,tests/test_ranks.c tests/test_ranks_runs.c $(TEST_SHELL),))
+$(eval $(call add_test,test_ranks,tests/test_ranks.c tests/test_ranks_runs.c tests/test_ranks_deepspeed.c $(TEST_SHELL),))
 $(BUILD)/tests/test_ranks: $(RANKS_RING_CHECK)

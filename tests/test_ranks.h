@@ -26,6 +26,13 @@ typedef struct tr_run {
 void tr_run_mpx(tr_run *r, const char *dir, const char *name, const char *config, const char *args);
 void tr_free(tr_run *r);
 
+/* The rank count of a run (its record's memory.per_rank). */
+size_t tr_world(const tr_run *r);
+
+/* At several ranks below stage 3: metrics.replica_divergence is 0 for every rank
+ * (tr_run_mpx checks every run it starts). */
+void tr_expect_replicas_agree(const tr_run *r, const char *what);
+
 /* Bitwise equality of loss curves and final weights. */
 int tr_bitwise_equal(const tr_run *a, const tr_run *b);
 

@@ -22,11 +22,38 @@ void tr_run_mpx(tr_run *r, const char *dir, const char *name, const char *config
     size_t i;
     json_t *v;
     json_array_foreach(l, i, v) if (i < 64) r->losses[r->n_losses++] = json_real_value(v);
+    tr_expect_replicas_agree(r, name);
     snprintf(path, sizeof path, "%s/%s.w", dir, name);
     size_t bytes;
     r->w = (float *)ts_slurp(path, &bytes);
     r->n_w = bytes / 4;
     cr_assert_gt(r->n_w, 0, "%s: no final weights", path);
+}
+
+size_t tr_world(const tr_run *r)
+{
+    return json_array_size(json_object_get(json_object_get(r->rec, "memory"), "per_rank"));
+}
+
+/* Every multi-rank run below stage 3 measures its replicas (divergence.h) at the end:
+ * each rank's weights equal rank 0's, bit for bit, in a correct data-parallel run. */
+void tr_expect_replicas_agree(const tr_run *r, const char *what)
+{
+    size_t w = tr_world(r);
+    const char *zero = json_string_value(json_object_get(
+        json_object_get(json_object_get(json_object_get(r->rec, "config"), "effective"), "zero"), "plugin"));
+    if (w < 2 || (zero && !strcmp(zero, "stage3"))) return;
+    json_t *d = json_object_get(json_object_get(r->rec, "metrics"), "replica_divergence");
+    cr_assert_not_null(d, "%s: %zu ranks and no metrics.replica_divergence", what, w);
+    json_t *mx = json_object_get(d, "max_abs"), *rel = json_object_get(d, "rel_l2");
+    cr_assert_eq(json_array_size(mx), w, "%s: replica_divergence.max_abs has %zu values for %zu ranks", what,
+                 json_array_size(mx), w);
+    for (size_t k = 0; k < w; k++) {
+        cr_expect(json_is_number(json_array_get(mx, k)) && json_number_value(json_array_get(mx, k)) == 0.0 &&
+                  json_number_value(json_array_get(rel, k)) == 0.0,
+                  "%s: rank %zu's weights differ from rank 0's: max %.3g, relative L2 %.3g", what, k,
+                  json_number_value(json_array_get(mx, k)), json_number_value(json_array_get(rel, k)));
+    }
 }
 
 void tr_free(tr_run *r)

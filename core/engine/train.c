@@ -129,6 +129,20 @@ static int inject_inf(mpx_session *s, mpx_arg g)
     return s->ops->to_device(s->be, g.p, g.t == MPX_F32 ? (const void *)&v : (const void *)&h, mpx_dtype_size(g.t));
 }
 
+/* MPX_INJECT_REPLICA_NUDGE=R: rank R flips the lowest bit of its first weight before each
+ * replica-divergence measurement (divergence.h), as a replica drifting apart would, to
+ * test that the measurement reads the ranks' real weights. */
+static int nudge_replica(mpx_session *s)
+{
+    const char *e = getenv("MPX_INJECT_REPLICA_NUDGE");
+    if (!e || !*e || strtol(e, NULL, 10) != s->rank || s->weights_base != 0) return 0;
+    unsigned char b[4];
+    size_t sz = mpx_dtype_size(s->weights.t);
+    if (sz > sizeof b || s->ops->to_host(s->be, b, s->weights.p, sz)) return -1;
+    b[0] ^= 1; /* little-endian: the last bit of the significand */
+    return s->ops->to_device(s->be, s->weights.p, b, sz);
+}
+
 static void progress(int64_t step, int64_t total, double loss, double lr, double tok_s, double eta)
 {
     if (!isatty(STDERR_FILENO)) return;
@@ -227,6 +241,10 @@ static int train_steps(mpx_session *s, mpx_task *t, mpx_record *rec, const train
         } else {
             skipped++;
             json_array_append_new(overflows, json_pack("[I, f]", (json_int_t)step, scale));
+        }
+        if (due && nudge_replica(s)) {
+            snprintf(err, errlen, "step %lld: MPX_INJECT_REPLICA_NUDGE failed", (long long)step);
+            return -1;
         }
         if (due && mpx_divergence_replicas(s, step + 1, metrics, err, errlen)) return -1;
         if (lsp->scale != scale)
