@@ -30,25 +30,39 @@ static int share_rows(mpx_session *s, double *table, const double *mine, size_t 
     return mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, table, w * k);
 }
 
-/* max |a - b|, sum (a - b)^2 and sum b^2 over n fp32 elements of backend memory. */
-static int compare(mpx_session *s, const float *a, const float *b, size_t n, double out[3])
+/* Adds max |a - b|, sum (a - b)^2 and sum b^2 over m fp32 elements of backend memory to
+ * out (ha, hb: host buffers of m). */
+static int compare(mpx_session *s, const float *a, const float *b, size_t m, float *ha, float *hb, double out[3])
 {
-    float *ha = malloc(CHUNK * sizeof *ha), *hb = malloc(CHUNK * sizeof *hb);
-    int rc = !ha || !hb;
-    out[0] = out[1] = out[2] = 0;
-    for (size_t off = 0; !rc && off < n; off += CHUNK) {
-        size_t m = n - off < CHUNK ? n - off : CHUNK;
-        if (s->ops->to_host(s->be, ha, a + off, m * 4) || s->ops->to_host(s->be, hb, b + off, m * 4)) { rc = -1; break; }
-        for (size_t i = 0; i < m; i++) {
-            double d = (double)ha[i] - (double)hb[i];
-            if (fabs(d) > out[0] || d != d) out[0] = d != d ? INFINITY : fabs(d);
-            out[1] += d * d;
-            out[2] += (double)hb[i] * (double)hb[i];
-        }
+    if (s->ops->to_host(s->be, ha, a, m * 4) || s->ops->to_host(s->be, hb, b, m * 4)) return -1;
+    for (size_t i = 0; i < m; i++) {
+        double d = (double)ha[i] - (double)hb[i];
+        if (d != d) out[0] = INFINITY;
+        else if (fabs(d) > out[0]) out[0] = fabs(d);
+        out[1] += d * d;
+        out[2] += (double)hb[i] * (double)hb[i];
     }
-    free(ha);
-    free(hb);
-    return rc;
+    return 0;
+}
+
+/* Two backend fp32 buffers and two host ones of CHUNK elements; 0 or -2 (out of memory). */
+typedef struct bufs { float *x, *y, *hx, *hy; } bufs;
+
+static int bufs_open(mpx_session *s, bufs *b, const char *what)
+{
+    b->x = mpx_session_alloc(s, MPX_ROLE_SCRATCH, CHUNK * 4, what);
+    b->y = mpx_session_alloc(s, MPX_ROLE_SCRATCH, CHUNK * 4, what);
+    b->hx = malloc(CHUNK * sizeof *b->hx);
+    b->hy = malloc(CHUNK * sizeof *b->hy);
+    return b->x && b->y && b->hx && b->hy ? 0 : -2;
+}
+
+static void bufs_close(mpx_session *s, bufs *b)
+{
+    release(s, b->x);
+    release(s, b->y);
+    free(b->hx);
+    free(b->hy);
 }
 
 /* [x, ...] appended to metrics[key] (created). */
@@ -70,14 +84,20 @@ int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char
 {
     if (s->world <= 1 || s->weights_len < s->numel_pad) return 0;
     size_t n = s->numel_pad, w = (size_t)s->world;
-    float *own = mpx_session_alloc(s, MPX_ROLE_SCRATCH, n * 4, "replica check: own weights");
-    float *first = mpx_session_alloc(s, MPX_ROLE_SCRATCH, n * 4, "replica check: rank 0's weights");
-    double mine[3], *table = calloc(w * 3, sizeof *table);
-    int rc = !own || !first || !table ? -2 : 0;
-    if (!rc && s->ops->cast(s->be, s->weights, mpx_a(own, MPX_F32), n)) rc = -3;
-    if (!rc && s->rank == 0 && s->ops->copy(s->be, first, own, n * 4)) rc = -3;
-    if (!rc && comm_vt(s)->broadcast(comm_self(s), mpx_a(first, MPX_F32), n, 0)) rc = -4;
-    if (!rc && compare(s, own, first, n, mine)) rc = -3;
+    bufs b;
+    double mine[3] = { 0, 0, 0 }, *table = calloc(w * 2, sizeof *table);
+    int rc = bufs_open(s, &b, "replica check") || !table ? -2 : 0;
+    /* chunk by chunk: this rank's weights widened (x), rank 0's broadcast (y) */
+    for (size_t off = 0; !rc && off < n; off += CHUNK) {
+        size_t m = n - off < CHUNK ? n - off : CHUNK;
+        if (s->ops->cast(s->be, mpx_at(s->weights, off), mpx_a(b.x, MPX_F32), m) ||
+            (s->rank == 0 && s->ops->copy(s->be, b.y, b.x, m * 4)))
+            rc = -3;
+        else if (comm_vt(s)->broadcast(comm_self(s), mpx_a(b.y, MPX_F32), m, 0))
+            rc = -4;
+        else if (compare(s, b.x, b.y, m, b.hx, b.hy, mine))
+            rc = -3;
+    }
     if (!rc) {
         mine[1] = mine[2] > 0 ? sqrt(mine[1] / mine[2]) : sqrt(mine[1]);   /* relative L2 */
         if (share_rows(s, table, mine, 2)) rc = -4;
@@ -89,12 +109,11 @@ int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char
             max_rel = fmax(max_rel, table[2 * r + 1]);
         }
         json_object_set_new(metrics, "replica_divergence",
-                            json_pack("{s:I, s:o, s:o}", "step", (json_int_t)steps, "max_abs", column(table, w, 2, 0),
-                                      "rel_l2", column(table, w, 2, 1)));
+                            json_pack("{s:I, s:o, s:o}", "after_steps", (json_int_t)steps, "max_abs",
+                                      column(table, w, 2, 0), "rel_l2", column(table, w, 2, 1)));
         append_row(metrics, "replica_divergence_trace", json_pack("[I, f, f]", (json_int_t)steps, max_abs, max_rel));
     }
-    release(s, own);
-    release(s, first);
+    bufs_close(s, &b);
     free(table);
     if (rc == -2) snprintf(err, errlen, "replica divergence after step %lld: out of memory", (long long)steps);
     else if (rc == -4) snprintf(err, errlen, "replica divergence after step %lld: the collective failed", (long long)steps);
@@ -105,15 +124,21 @@ int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char
 int mpx_divergence_grads(mpx_session *s, int64_t step, json_t *metrics, char *err, size_t errlen)
 {
     if (!s->lp_unread || !s->grad_acc.p || s->grad_acc.t != MPX_F32) return 0;
-    size_t n = s->numel_pad, w = (size_t)s->world, chunk = n / w, off = (size_t)s->rank * chunk;
-    float *mean = mpx_session_alloc(s, MPX_ROLE_SCRATCH, n * 4, "gradient divergence: the mean gradient");
-    double mine[3], *table = calloc(w * 3, sizeof *table);
-    int rc = !mean || !table ? -2 : 0;
+    size_t n = s->numel_pad, w = (size_t)s->world, part = n / w, lo = (size_t)s->rank * part, hi = lo + part;
+    bufs b;
+    double mine[3] = { 0, 0, 0 }, *table = calloc(w, sizeof *table);
+    int rc = bufs_open(s, &b, "gradient divergence") || !table ? -2 : 0;
     const float *acc = s->grad_acc.p;
-    if (!rc && s->ops->copy(s->be, mean, acc, n * 4)) rc = -3;
-    if (!rc && comm_vt(s)->allreduce(comm_self(s), mpx_a(mean, MPX_F32), n, MPX_SUM)) rc = -4;
-    if (!rc && s->ops->scale(s->be, mpx_a(mean, MPX_F32), 1.0f / (float)w, n)) rc = -3;
-    if (!rc && compare(s, acc + off, mean + off, chunk, mine)) rc = -3;
+    /* chunk by chunk: the mean over the ranks (y); this rank compares over its partition */
+    for (size_t off = 0; !rc && off < n; off += CHUNK) {
+        size_t m = n - off < CHUNK ? n - off : CHUNK;
+        if (s->ops->copy(s->be, b.y, acc + off, m * 4)) rc = -3;
+        else if (comm_vt(s)->allreduce(comm_self(s), mpx_a(b.y, MPX_F32), m, MPX_SUM)) rc = -4;
+        else if (s->ops->scale(s->be, mpx_a(b.y, MPX_F32), 1.0f / (float)w, m)) rc = -3;
+        if (rc || off + m <= lo || off >= hi) continue;
+        size_t a = off > lo ? off : lo, e = off + m < hi ? off + m : hi;
+        if (compare(s, acc + a, b.y + (a - off), e - a, b.hx, b.hy, mine)) rc = -3;
+    }
     if (!rc) {
         mine[0] = mine[2] > 0 ? sqrt(mine[1] / mine[2]) : sqrt(mine[1]);
         if (share_rows(s, table, mine, 1)) rc = -4;
@@ -136,7 +161,7 @@ int mpx_divergence_grads(mpx_session *s, int64_t step, json_t *metrics, char *er
                                       "measurements", (json_int_t)(count + 1)));
         append_row(metrics, "grad_divergence_trace", json_pack("[I, f]", (json_int_t)step, avg));
     }
-    release(s, mean);
+    bufs_close(s, &b);
     free(table);
     if (rc == -2) snprintf(err, errlen, "gradient divergence at step %lld: out of memory", (long long)step);
     else if (rc == -4) snprintf(err, errlen, "gradient divergence at step %lld: the collective failed", (long long)step);

@@ -26,14 +26,15 @@
 int mpx_divergence_due(const mpx_session *s, int64_t step, int64_t total);
 
 /* The replica divergence after `steps` steps, into metrics (replica_divergence: the last
- * measurement per rank; replica_divergence_trace: [steps, largest max_abs, largest
- * rel_l2] per measurement). Nothing at one rank or at stage 3. */
+ * measurement per rank, with after_steps; replica_divergence_trace: [after_steps, largest
+ * max_abs, largest rel_l2] per measurement). Nothing at one rank or at stage 3. Reads the
+ * weights in chunks (two fp32 scratch chunks of 2^20 elements per rank). */
 int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char *err, size_t errlen);
 
-/* The gradient divergence of step `step` (after the gradients are accumulated, before
- * they are clipped), into metrics (grad_divergence: the last measurement per rank and each
- * rank's mean over the measurements; grad_divergence_trace: [step, mean over the ranks]).
- * Nothing unless s->lp_unread. */
+/* The gradient divergence of step `step` (0-based, as metrics.csv counts; after the
+ * gradients are accumulated, before they are clipped), into metrics (grad_divergence: the
+ * last measurement per rank with its step, each rank's mean over the measurements;
+ * grad_divergence_trace: [step, mean over the ranks]). Nothing unless s->lp_unread. */
 int mpx_divergence_grads(mpx_session *s, int64_t step, json_t *metrics, char *err, size_t errlen);
 
 #endif
