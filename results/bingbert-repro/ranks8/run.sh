@@ -14,7 +14,7 @@
 #   MPX=/path/to/mpx bash ...        another binary (its cells record its commit)
 set -u
 cd "$(dirname "$0")/../../.."
-PIN=${PIN:-25caeebeebba96dc2396b0fa59e47c5524656bbb}
+PIN=${PIN:-6eca5c9529ec85b60e7e66477e21f73b301846e6}
 DIR=results/bingbert-repro/ranks8
 if [ -z "${MPX:-}" ]; then
     B=.study-build/$PIN
