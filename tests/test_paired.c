@@ -21,9 +21,9 @@ static void check_metric(json_t *want, const char *name, const mpx_paired_metric
 {
     json_t *w = json_object_get(want, name);
     cr_assert(w, "expected.json has no %s", name);
-    const char *keys[] = { "a", "b", "diff", "lo", "hi", "seed_sd_a", "seed_sd_b" };
-    double got[] = { m->a, m->b, m->diff, m->lo, m->hi, sda, sdb };
-    for (int i = 0; i < 7; i++) {
+    const char *keys[] = { "a", "b", "diff", "lo", "hi", "seed_sd_a", "seed_sd_b", "lo_seeds", "hi_seeds" };
+    double got[] = { m->a, m->b, m->diff, m->lo, m->hi, sda, sdb, m->lo_seeds, m->hi_seeds };
+    for (int i = 0; i < 9; i++) {
         double x = json_number_value(json_object_get(w, keys[i]));
         cr_assert(fabs(got[i] - x) <= 1e-9 * (1 + fabs(x)), "%s.%s: mpx %.15g, numpy %.15g", name, keys[i], got[i], x);
     }
@@ -43,13 +43,55 @@ static void check_case(const char *key, size_t resamples, uint64_t seed)
     cr_assert(want, "expected.json has no %s", key);
     check_metric(want, "exact_match", &r.em, r.sd_em_a, r.sd_em_b);
     check_metric(want, "f1", &r.f1, r.sd_f1_a, r.sd_f1_b);
-    /* the interval is the bootstrap's, not a formula: it must hold the mean */
+    /* the interval is the bootstrap's, not a formula: it must hold the mean; resampling the
+     * seeds as well widens it (group A's runs spread by 2.3 EM points) */
     cr_assert(r.em.lo < r.em.diff && r.em.diff < r.em.hi);
+    cr_assert(r.em.lo_seeds < r.em.lo && r.em.hi < r.em.hi_seeds, "[%g, %g] within [%g, %g]", r.em.lo_seeds,
+              r.em.hi_seeds, r.em.lo, r.em.hi);
     json_decref(all);
 }
 
 Test(paired, equals_numpy_reference_10000_resamples) { check_case("r10000_s1", 10000, 1); }
 Test(paired, equals_numpy_reference_other_seed) { check_case("r2000_s12345", 2000, 12345); }
+
+static void write_scores(const char *dir, const char *name, int em)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", path), 0);
+    snprintf(path, sizeof path, "%s/%s/question_scores.csv", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("id,exact_match,f1\n", f);
+    for (int q = 0; q < 10; q++) fprintf(f, "q%d,%d,%d\n", q, em, em);
+    fclose(f);
+}
+
+/* Exhaustive: A's two runs score every question 1 and 0, B's one run 1. Over questions
+ * B − A is 50 on every question (a point interval); over seeds A's resampled mean is 1, 1/2
+ * or 0 with probabilities 1/4, 1/2, 1/4, so B − A is 0, 50 or 100 and the 95% interval's
+ * ends are exactly 0 and 100. */
+Test(paired, seed_level_interval_by_enumeration)
+{
+    char *dir = ts_tmpdir("paired-seeds"), a1[4200], a2[4200], b1[4200];
+    write_scores(dir, "a1", 1);
+    write_scores(dir, "a2", 0);
+    write_scores(dir, "b1", 1);
+    snprintf(a1, sizeof a1, "%s/a1", dir);
+    snprintf(a2, sizeof a2, "%s/a2", dir);
+    snprintf(b1, sizeof b1, "%s/b1", dir);
+    const char *a[] = { a1, a2 }, *b[] = { b1 };
+    mpx_paired_result r;
+    char err[4096];
+    cr_assert_eq(mpx_paired_compare(a, 2, b, 1, 10000, 3, &r, err, sizeof err), 0, "%s", err);
+    cr_expect(r.em.diff == 50 && r.em.lo == 50 && r.em.hi == 50, "over questions: %g [%g, %g]", r.em.diff, r.em.lo,
+              r.em.hi);
+    cr_expect(r.em.lo_seeds == 0 && r.em.hi_seeds == 100, "over seeds: [%g, %g]", r.em.lo_seeds, r.em.hi_seeds);
+    cr_expect(r.f1.lo_seeds == 0 && r.f1.hi_seeds == 100, "F1 over seeds: [%g, %g]", r.f1.lo_seeds, r.f1.hi_seeds);
+    cr_assert_eq(mpx_paired_compare(b, 1, b, 1, 100, 3, &r, err, sizeof err), 0, "%s", err);
+    cr_expect(isnan(r.em.lo_seeds) && isnan(r.em.hi_seeds), "one run a side: no seed-level interval");
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
 
 Test(paired, identical_groups_give_zero)
 {

@@ -50,6 +50,39 @@ int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t see
     return 0;
 }
 
+int mpx_bootstrap_runs(const double *const *a, size_t n_a, const double *const *b, size_t n_b, size_t n,
+                       size_t resamples, uint64_t seed, double level, double *lo, double *hi)
+{
+    if (!n || !n_a || !n_b || !resamples || n_a > 64 || n_b > 64 || !(level > 0 && level < 1)) return -1;
+    double *means = malloc(resamples * sizeof *means), *d = malloc(n * sizeof *d);
+    if (!means || !d) {
+        free(means);
+        free(d);
+        return -1;
+    }
+    uint64_t state = seed;
+    size_t ia[64], ib[64];
+    for (size_t r = 0; r < resamples; r++) {
+        for (size_t k = 0; k < n_a; k++) ia[k] = (size_t)(((unsigned __int128)mpx_splitmix64(&state) * n_a) >> 64);
+        for (size_t k = 0; k < n_b; k++) ib[k] = (size_t)(((unsigned __int128)mpx_splitmix64(&state) * n_b) >> 64);
+        for (size_t q = 0; q < n; q++) {
+            double sa = 0, sb = 0;
+            for (size_t k = 0; k < n_a; k++) sa += a[ia[k]][q];
+            for (size_t k = 0; k < n_b; k++) sb += b[ib[k]][q];
+            d[q] = 100.0 * (sb / (double)n_b - sa / (double)n_a);
+        }
+        double s = 0;
+        for (size_t k = 0; k < n; k++) s += d[(size_t)(((unsigned __int128)mpx_splitmix64(&state) * n) >> 64)];
+        means[r] = s / (double)n;
+    }
+    qsort(means, resamples, sizeof *means, cmp_double);
+    *lo = quantile_sorted(means, resamples, (1 - level) / 2);
+    *hi = quantile_sorted(means, resamples, (1 + level) / 2);
+    free(means);
+    free(d);
+    return 0;
+}
+
 typedef struct scores {
     size_t n, cap;
     char **id;
@@ -126,15 +159,37 @@ static int scores_read(const char *dir, scores *s, char *err, size_t errlen)
 
 /* Adds the runs' scores question by question into em/f1 (sums), checking their question
  * lists against ref's. */
-typedef struct run_means { size_t n; double em[64], f1[64]; } run_means;
+/* Each run's EM and F1 (percent) and its per-question scores (the first 64 runs: the
+ * seed-and-question interval takes at most 64 a side). */
+typedef struct run_means { size_t n; double em[64], f1[64]; double *q_em[64], *q_f1[64]; } run_means;
 
-static void note_run(run_means *rm, const double *em, const double *f1, size_t n)
+static int note_run(run_means *rm, const double *em, const double *f1, size_t n)
 {
-    if (rm->n >= 64) return;
+    if (rm->n >= 64) return 0;
     double se = 0, sf = 0;
     for (size_t i = 0; i < n; i++) se += em[i], sf += f1[i];
+    double *qe = malloc(n * sizeof *qe), *qf = malloc(n * sizeof *qf);
+    if (!qe || !qf) {
+        free(qe);
+        free(qf);
+        return -1;
+    }
+    memcpy(qe, em, n * sizeof *qe);
+    memcpy(qf, f1, n * sizeof *qf);
+    rm->q_em[rm->n] = qe;
+    rm->q_f1[rm->n] = qf;
     rm->em[rm->n] = 100.0 * se / (double)n;
     rm->f1[rm->n++] = 100.0 * sf / (double)n;
+    return 0;
+}
+
+static void run_means_free(run_means *rm)
+{
+    for (size_t i = 0; i < rm->n; i++) {
+        free(rm->q_em[i]);
+        free(rm->q_f1[i]);
+    }
+    rm->n = 0;
 }
 
 static double sample_sd(const double *v, size_t n)
@@ -165,8 +220,12 @@ static int add_group(const char *const *dirs, size_t n, const char *ref_dir, con
             em[k] += s.em[k];
             f1[k] += s.f1[k];
         }
-        note_run(rm, s.em, s.f1, s.n);
+        int rc = note_run(rm, s.em, s.f1, s.n);
         scores_free(&s);
+        if (rc) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
     }
     return 0;
 }
@@ -280,14 +339,17 @@ int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, s
     double *ea = calloc(n, sizeof *ea), *fa = calloc(n, sizeof *fa);
     double *eb = calloc(n, sizeof *eb), *fb = calloc(n, sizeof *fb);
     int rc = -1;
+    run_means ra = { 0 }, rb = { 0 };
     if (!ea || !fa || !eb || !fb) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
     /* ref holds a[0]'s scores: the others are added against its question list */
-    run_means ra = { 0 }, rb = { 0 };
     for (size_t i = 0; i < n; i++) ea[i] = ref.em[i], fa[i] = ref.f1[i];
-    note_run(&ra, ref.em, ref.f1, n);
+    if (note_run(&ra, ref.em, ref.f1, n)) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
     if (add_group(a + 1, n_a - 1, a[0], &ref, ea, fa, &ra, err, errlen) ||
         add_group(b, n_b, a[0], &ref, eb, fb, &rb, err, errlen))
         goto done;
@@ -303,6 +365,15 @@ int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, s
         snprintf(err, errlen, "bootstrap failed (out of memory?)");
         goto done;
     }
+    out->em.lo_seeds = out->em.hi_seeds = out->f1.lo_seeds = out->f1.hi_seeds = NAN;
+    if (n_a + n_b > 2 &&
+        (mpx_bootstrap_runs((const double *const *)ra.q_em, ra.n, (const double *const *)rb.q_em, rb.n, n, resamples,
+                            seed, 0.95, &out->em.lo_seeds, &out->em.hi_seeds) ||
+         mpx_bootstrap_runs((const double *const *)ra.q_f1, ra.n, (const double *const *)rb.q_f1, rb.n, n, resamples,
+                            seed, 0.95, &out->f1.lo_seeds, &out->f1.hi_seeds))) {
+        snprintf(err, errlen, "bootstrap over seeds failed (out of memory?)");
+        goto done;
+    }
     build_note(a, n_a, b, n_b, out->build_note, sizeof out->build_note);
     rc = 0;
 done:
@@ -310,6 +381,8 @@ done:
     free(fa);
     free(eb);
     free(fb);
+    run_means_free(&ra);
+    run_means_free(&rb);
     scores_free(&ref);
     return rc;
 }

@@ -7,7 +7,15 @@
  *   x <- splitmix64(state)  (state starts at the seed; Vigna's constants)
  *   index = (x * n) >> 64   (128-bit product)
  * n draws per resample, the resample means sorted, the interval's ends at
- * (1 ± level)/2 by linear interpolation between order statistics (numpy's default). */
+ * (1 ± level)/2 by linear interpolation between order statistics (numpy's default).
+ *
+ * The seed-and-question interval resamples the runs too (a two-level bootstrap: the seeds
+ * a claim would generalize over, and the questions), from its own splitmix64 stream that
+ * also starts at the seed: per resample n_a draws from group A's runs, then n_b from group
+ * B's, then n from the questions, each index = (x * m) >> 64 with m the count drawn from;
+ * the resample's value is the mean over the drawn questions of (the mean of the drawn B
+ * runs' scores − the mean of the drawn A runs' scores) × 100. With one run on each side
+ * it is not computed (NaN): there is no seed spread to resample. */
 #ifndef MPX_PAIRED_H
 #define MPX_PAIRED_H
 
@@ -17,7 +25,8 @@
 
 typedef struct mpx_paired_metric {
     double a, b;           /* group means, percent */
-    double diff, lo, hi;   /* mean of B − A and its interval, points */
+    double diff, lo, hi;   /* mean of B − A and its interval over questions, points */
+    double lo_seeds, hi_seeds; /* its interval over seeds and questions (NaN: one run a side) */
 } mpx_paired_metric;
 
 typedef struct mpx_paired_result {
@@ -37,6 +46,11 @@ typedef struct mpx_paired_result {
 /* The mean of v and the bootstrap interval of the mean at `level` (0.95). */
 int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t seed, double level,
                        double *mean, double *lo, double *hi);
+
+/* The seed-and-question interval of the mean over questions of mean(B runs) − mean(A
+ * runs), ×100: a[i] and b[j] are each run's n per-question scores. */
+int mpx_bootstrap_runs(const double *const *a, size_t n_a, const double *const *b, size_t n_b, size_t n,
+                       size_t resamples, uint64_t seed, double level, double *lo, double *hi);
 
 /* a and b: run folders holding question_scores.csv, all on the same questions in the same
  * order (else an error naming the file and the first differing question). */

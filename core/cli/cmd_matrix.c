@@ -80,9 +80,10 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
     }
     fprintf(f, "\npaired against %s = %s on the same questions (bootstrap %zu resamples, seed 1; "
                "points, B − A)\n\n", m->row_key, base, resamples);
-    fprintf(f, "| %s%s%s | questions | Δ exact_match [95%%] | Δ f1 [95%%] | runs base / row | seed sd EM base / row |\n",
+    fprintf(f, "| %s%s%s | questions | Δ exact_match [95%%] | Δ f1 [95%%] | EM / F1 [95%%, seeds and questions] | "
+               "runs base / row | seed sd EM base / row |\n",
             m->row_key, m->col_key ? " / " : "", m->col_key ? m->col_key : "");
-    fputs("|---|---|---|---|---|---|\n", f);
+    fputs("|---|---|---|---|---|---|---|\n", f);
     char *note_text = NULL;   /* the build notes, printed on stderr after the table */
     size_t note_len = 0;
     FILE *notes = open_memstream(&note_text, &note_len);
@@ -99,16 +100,19 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
             mpx_paired_result pr;
             char err[4096];
             if (!na || !nb) {
-                fprintf(f, "- | no finished runs to pair | | %zu / %zu | |\n", na, nb);
+                fprintf(f, "- | no finished runs to pair | | | %zu / %zu | |\n", na, nb);
             } else if (mpx_paired_compare(a, na, bd, nb, resamples, 1, &pr, err, sizeof err)) {
-                fprintf(f, "- | %s | | %zu / %zu | |\n", err, na, nb);
+                fprintf(f, "- | %s | | | %zu / %zu | |\n", err, na, nb);
             } else {
-                char sa[32] = "-", sb[32] = "-";
+                char sa[32] = "-", sb[32] = "-", seeds[96] = "-";
                 if (!isnan(pr.sd_em_a)) snprintf(sa, sizeof sa, "%.2f", pr.sd_em_a);
                 if (!isnan(pr.sd_em_b)) snprintf(sb, sizeof sb, "%.2f", pr.sd_em_b);
-                fprintf(f, "%zu | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] | %zu / %zu | %s / %s |\n",
-                        pr.n_questions, pr.em.diff, pr.em.lo, pr.em.hi, pr.f1.diff, pr.f1.lo, pr.f1.hi, na, nb,
-                        sa, sb);
+                if (!isnan(pr.em.lo_seeds))
+                    snprintf(seeds, sizeof seeds, "[%+.2f, %+.2f] / [%+.2f, %+.2f]", pr.em.lo_seeds, pr.em.hi_seeds,
+                             pr.f1.lo_seeds, pr.f1.hi_seeds);
+                fprintf(f, "%zu | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] | %s | %zu / %zu | %s / %s |\n",
+                        pr.n_questions, pr.em.diff, pr.em.lo, pr.em.hi, pr.f1.diff, pr.f1.lo, pr.f1.hi, seeds, na,
+                        nb, sa, sb);
                 if (pr.build_note[0] && notes) {
                     char who[600];
                     snprintf(who, sizeof who, "mpx matrix --paired: %s%s%s", text, m->col_key ? " / " : "",

@@ -14,9 +14,11 @@ static const char paired_usage[] =
     "  compares two groups of runs on the same questions: each group's question_scores.csv\n"
     "  averaged over its runs (e.g. seeds) question by question, then the mean of B - A (the\n"
     "  runs after --vs minus those before it) in EM and F1 points with a 95% percentile\n"
-    "  bootstrap interval over questions (N resamples, default 10000; seed S, default 1), and\n"
-    "  each group's seed-to-seed sd of EM/F1 beside it. When the runs' records (run.json) name\n"
-    "  different plugin versions, a note on stderr says which. Exit 0, or 2 on errors.\n";
+    "  bootstrap interval over questions (N resamples, default 10000; seed S, default 1); when\n"
+    "  a group has several runs, also a two-level interval that resamples the runs (seeds) of\n"
+    "  each group and the questions, the level a claim about the policies holds at; and each\n"
+    "  group's seed-to-seed sd of EM/F1. When the runs' records (run.json) name different\n"
+    "  plugin versions, a note on stderr says which. Exit 0, or 2 on errors.\n";
 
 static void fmt(double v, char *buf, size_t n)
 {
@@ -24,25 +26,34 @@ static void fmt(double v, char *buf, size_t n)
     else snprintf(buf, n, "%.2f", v);
 }
 
+/* "[lo, hi]" of the seed-and-question interval, or "-" with one run a side. */
+static void fmt_seeds(const mpx_paired_metric *m, char *buf, size_t n)
+{
+    if (isnan(m->lo_seeds)) snprintf(buf, n, "-");
+    else snprintf(buf, n, "[%+.2f, %+.2f]", m->lo_seeds, m->hi_seeds);
+}
+
 void mpx_paired_print_md(const mpx_paired_result *r, const char *a_label, const char *b_label, FILE *f)
 {
-    char sa[32], sb[32];
-    fprintf(f, "| metric | A: %s (%zu runs) | B: %s (%zu runs) | B − A | 95%% interval | seed sd A / B |\n",
-            a_label, r->n_a, b_label, r->n_b);
-    fputs("|---|---|---|---|---|---|\n", f);
-    fmt(r->sd_em_a, sa, sizeof sa), fmt(r->sd_em_b, sb, sizeof sb);
-    fprintf(f, "| exact_match | %.2f | %.2f | %+.2f | [%+.2f, %+.2f] | %s / %s |\n", r->em.a, r->em.b, r->em.diff,
-            r->em.lo, r->em.hi, sa, sb);
-    fmt(r->sd_f1_a, sa, sizeof sa), fmt(r->sd_f1_b, sb, sizeof sb);
-    fprintf(f, "| f1 | %.2f | %.2f | %+.2f | [%+.2f, %+.2f] | %s / %s |\n", r->f1.a, r->f1.b, r->f1.diff, r->f1.lo,
-            r->f1.hi, sa, sb);
+    char sa[32], sb[32], iv[64];
+    fprintf(f, "| metric | A: %s (%zu runs) | B: %s (%zu runs) | B − A | 95%% interval, questions | 95%% interval, "
+               "seeds and questions | seed sd A / B |\n", a_label, r->n_a, b_label, r->n_b);
+    fputs("|---|---|---|---|---|---|---|\n", f);
+    fmt(r->sd_em_a, sa, sizeof sa), fmt(r->sd_em_b, sb, sizeof sb), fmt_seeds(&r->em, iv, sizeof iv);
+    fprintf(f, "| exact_match | %.2f | %.2f | %+.2f | [%+.2f, %+.2f] | %s | %s / %s |\n", r->em.a, r->em.b, r->em.diff,
+            r->em.lo, r->em.hi, iv, sa, sb);
+    fmt(r->sd_f1_a, sa, sizeof sa), fmt(r->sd_f1_b, sb, sizeof sb), fmt_seeds(&r->f1, iv, sizeof iv);
+    fprintf(f, "| f1 | %.2f | %.2f | %+.2f | [%+.2f, %+.2f] | %s | %s / %s |\n", r->f1.a, r->f1.b, r->f1.diff, r->f1.lo,
+            r->f1.hi, iv, sa, sb);
 }
 
 static void json_metric(const char *name, const mpx_paired_metric *m, double sda, double sdb, int last, FILE *f)
 {
+    char lo[32] = "null", hi[32] = "null";   /* JSON has no NaN: null with one run a side */
+    if (!isnan(m->lo_seeds)) snprintf(lo, sizeof lo, "%.17g", m->lo_seeds), snprintf(hi, sizeof hi, "%.17g", m->hi_seeds);
     fprintf(f, "  \"%s\": {\"a\": %.17g, \"b\": %.17g, \"diff\": %.17g, \"lo\": %.17g, \"hi\": %.17g, "
-               "\"seed_sd_a\": %.17g, \"seed_sd_b\": %.17g}%s\n",
-            name, m->a, m->b, m->diff, m->lo, m->hi, isnan(sda) ? -1.0 : sda, isnan(sdb) ? -1.0 : sdb,
+               "\"lo_seeds\": %s, \"hi_seeds\": %s, \"seed_sd_a\": %.17g, \"seed_sd_b\": %.17g}%s\n",
+            name, m->a, m->b, m->diff, m->lo, m->hi, lo, hi, isnan(sda) ? -1.0 : sda, isnan(sdb) ? -1.0 : sdb,
             last ? "" : ",");
 }
 
