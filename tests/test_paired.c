@@ -158,13 +158,15 @@ Test(paired, matrix_paired_rows)
     json_t *em = json_object_get(c, "exact_match"), *f1 = json_object_get(c, "f1");
     const char *row = strstr(out, "| bf16-master | 400 | ");
     cr_assert(row, "no bf16-master row of 400 questions in\n%s", out);
-    double v[6], sda, sdb;
+    double v[10], sda, sdb;
     int na, nb;
-    cr_assert_eq(sscanf(row, "| bf16-master | 400 | %lf [%lf, %lf] | %lf [%lf, %lf] | %d / %d | %lf / %lf |", &v[0],
-                        &v[1], &v[2], &v[3], &v[4], &v[5], &na, &nb, &sda, &sdb), 10, "%s", row);
-    const char *keys[] = { "diff", "lo", "hi" };
-    for (int i = 0; i < 6; i++) {
-        double w = json_number_value(json_object_get(i < 3 ? em : f1, keys[i % 3]));
+    cr_assert_eq(sscanf(row, "| bf16-master | 400 | %lf [%lf, %lf] | %lf [%lf, %lf] | [%lf, %lf] / [%lf, %lf] | "
+                        "%d / %d | %lf / %lf |", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
+                        &na, &nb, &sda, &sdb), 14, "%s", row);
+    const char *keys[] = { "diff", "lo", "hi" }, *seed_keys[] = { "lo_seeds", "hi_seeds" };
+    for (int i = 0; i < 10; i++) {
+        double w = i < 6 ? json_number_value(json_object_get(i < 3 ? em : f1, keys[i % 3]))
+                         : json_number_value(json_object_get(i < 8 ? em : f1, seed_keys[i % 2]));
         cr_assert(fabs(v[i] - w) <= 0.0051, "column %d: %.2f vs numpy %.6f", i, v[i], w);
     }
     cr_assert(na == 3 && nb == 2);
