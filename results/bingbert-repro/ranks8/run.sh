@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Runs the 8-rank reproduction (docs/STUDY.md, "The report's launch: 8 ranks") one cell at a
-# time in the order below, so that it can be stopped at any moment and resumed by running
-# it again: finished cells are kept, a killed cell resumes from its training-state
-# checkpoint (train.checkpoint_every = 100). From the repository root:
+# Runs the multi-rank reproduction (docs/STUDY.md, "The report's launch: 8 ranks"): protocol
+# A at 8 ranks (results/bingbert-repro/ranks8/) and protocol B8, all of SQuAD's training set
+# at 8 ranks (results/bingbert-repro/ranks8-full/), one cell at a time in the order below,
+# so that it can be stopped at any moment and resumed by running it again: finished cells
+# are kept, a killed cell resumes from its training-state checkpoint
+# (train.checkpoint_every = 100). From the repository root:
 #
 #   nohup bash results/bingbert-repro/ranks8/run.sh > /dev/null 2>&1 &
 #
 # Every cell runs on one build: the commit PIN, built into .study-build/<commit>/ (ignored
 # by git) when missing, so that a fresh clone rebuilds the same binary. Needs `make data`
-# and `make model`, and OpenMPI (.ci/run installs it). One 8-rank cell is about an hour on
-# 2 cores (9,146 windows forward and backward, 8 processes with one thread each).
-#   ORDER="lp-grads fp32" bash ...   only those sweeps, one cell each per mention
-#   MPX=/path/to/mpx bash ...        another binary (its cells record its commit)
+# and `make model`, and OpenMPI (.ci/run installs it). A protocol-A cell at 8 ranks is
+# about 25-40 minutes on 2 cores (9,146 windows forward and backward, 8 processes of one
+# thread), a protocol-B8 cell about ten times that.
+#   ORDER="ranks8/lp-grads ranks8/fp32" bash ...   only those sweeps, one cell per mention
+#   MPX=/path/to/mpx bash ...                      another binary (its cells record its commit)
 set -u
 cd "$(dirname "$0")/../../.."
 PIN=${PIN:-6eca5c9529ec85b60e7e66477e21f73b301846e6}
-DIR=results/bingbert-repro/ranks8
+STUDY=results/bingbert-repro
 if [ -z "${MPX:-}" ]; then
     B=.study-build/$PIN
     if [ ! -x "$B/build/bin/mpx" ]; then
@@ -25,13 +28,16 @@ if [ -z "${MPX:-}" ]; then
     MPX=$B/build/bin/mpx
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# the key pair first (each mention runs one cell of that sweep), then the other policies,
-# the other seeds, and the rank-count controls
-ORDER=${ORDER:-"lp-grads fp32 fixed lp-grads fp32 fixed lp-grads fp32 lp-grads-2 lp-grads-4 lp-grads-1"}
+# protocol A's key pair first (each mention runs one cell of that sweep), then the other
+# policies, the other seeds and the rank-count controls; then protocol B8
+A="ranks8/lp-grads ranks8/fp32 ranks8/fixed ranks8/lp-grads ranks8/fp32 ranks8/fixed ranks8/lp-grads ranks8/fp32"
+A="$A ranks8/lp-grads-2 ranks8/lp-grads-4 ranks8/lp-grads-1"
+B8="ranks8-full/lp-grads ranks8-full/fp32 ranks8-full/lp-grads ranks8-full/lp-grads"
+ORDER=${ORDER:-"$A $B8"}
 for part in $ORDER; do
-    out=$("$MPX" sweep "$DIR/$part.cfg" --max-cells 1 2>&1)
+    out=$("$MPX" sweep "$STUDY/$part.cfg" --max-cells 1 2>&1)
     rc=$?
-    printf '%s\n' "$out" >> "$DIR/study.log"
+    printf '%s\n' "$out" >> "$STUDY/$(dirname "$part")/study.log"
     case "$out" in *interrupted*) exit 1 ;; esac
     [ "$rc" -eq 0 ] || echo "run.sh: $part: exit $rc (study.log)" >&2
 done
