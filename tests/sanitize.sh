@@ -22,7 +22,7 @@ root=$PWD
 dir=${SAN_DIR:-$root/build-asan}
 rm -rf "$dir" && mkdir -p "$dir"
 tar --exclude=./build --exclude=./build-asan --exclude=./runs --exclude=./.git \
-    --exclude=./datasets/data --exclude=./models/checkpoints -cf - . | (cd "$dir" && tar xf -)
+    --exclude=./.study-build --exclude=./datasets/data --exclude=./models/checkpoints -cf - . | (cd "$dir" && tar xf -)
 ln -s "$root/datasets/data" "$dir/datasets/data"
 mkdir -p "$dir/models" && ln -s "$root/models/checkpoints" "$dir/models/checkpoints"
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1
