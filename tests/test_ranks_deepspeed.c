@@ -193,3 +193,27 @@ Test(ranks_deepspeed, what_bf16_optimizer_never_ran_is_refused)
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "DeepSpeed 0.8.0-0.13.2") && strstr(out, "never read"), "mpx check prints the path:\n%s", out);
 }
+
+/* configs/bingbert_squad_8gpu.cfg is the launcher's arithmetic: 8 ranks of 3 windows (a
+ * global batch of 24), t_total = int(87,599 / 3) // 8 = 3,649, and the pre-0.13.3 path. */
+Test(ranks_deepspeed, the_reports_8_gpu_launch_checks, .timeout = 60)
+{
+    char out[65536];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/bingbert_squad_8gpu.cfg 2>/dev/null");
+    cr_assert_eq(rc, 0, "%s", out);
+    const char *data = strstr(out, "# data: ");
+    cr_assert_not_null(data, "%s", out);
+    long windows = 0, batch = 0, accum = 0, ranks = 0, steps = 0, t_total = 0;
+    cr_assert_eq(sscanf(data, "# data: %ld training examples (squad); batch %ld x accumulation %ld x %ld rank(s)",
+                        &windows, &batch, &accum, &ranks), 4, "%s", data);
+    cr_expect(batch == 3 && accum == 1 && ranks == 8, "batch %ld x %ld x %ld ranks", batch, accum, ranks);
+    const char *sched = strstr(out, "# schedule: ");
+    cr_assert_not_null(sched);
+    cr_assert_eq(sscanf(sched, "# schedule: scheduler.type = \"warmup_linear\" over %ld optimizer steps", &steps), 1,
+                 "%s", sched);
+    cr_expect_eq(steps, (windows + 23) / 24, "%ld windows in global batches of 24: %ld steps", windows, steps);
+    const char *x = strstr(sched, "warmup_linear(step / ");
+    cr_assert(x && sscanf(x, "warmup_linear(step / %ld", &t_total) == 1, "%s", sched);
+    cr_expect_eq(t_total, (87599 / 3) / 8, "t_total %ld", t_total);
+    cr_expect(strstr(out, "zero.deepspeed_bf16_reduce = \"lp-grads\"") && strstr(out, "each of the 8 ranks"), "%s", out);
+}
