@@ -217,3 +217,29 @@ Test(ranks_deepspeed, the_reports_8_gpu_launch_checks, .timeout = 60)
     cr_expect_eq(t_total, (87599 / 3) / 8, "t_total %ld", t_total);
     cr_expect(strstr(out, "zero.deepspeed_bf16_reduce = \"lp-grads\"") && strstr(out, "each of the 8 ranks"), "%s", out);
 }
+
+/* The measurements only read the state: measuring after every step (log_every 1) or only
+ * after the last gives bitwise the same run, under lp-grads (both measurements) and the
+ * fixed reduction (replicas only). */
+Test(ranks_deepspeed, measuring_changes_nothing, .timeout = 300)
+{
+    char *dir = ts_tmpdir("ds-measure");
+    static const char *const paths[] = { LP, "" };
+    for (int k = 0; k < 2; k++) {
+        char args[1024];
+        tr_run every, last;
+        snprintf(args, sizeof args, TOY_BF16 " -s train.max_steps=12 --ranks 2 -s train.log_every=1%s", paths[k]);
+        tr_run_mpx(&every, dir, k ? "fix-every" : "lp-every", TOY, args);
+        snprintf(args, sizeof args, TOY_BF16 " -s train.max_steps=12 --ranks 2 -s train.log_every=1000%s", paths[k]);
+        tr_run_mpx(&last, dir, k ? "fix-last" : "lp-last", TOY, args);
+        json_t *te = json_object_get(json_object_get(every.rec, "metrics"), "replica_divergence_trace");
+        json_t *tl = json_object_get(json_object_get(last.rec, "metrics"), "replica_divergence_trace");
+        cr_expect(json_array_size(te) == 12 && json_array_size(tl) == 1, "%s: %zu and %zu measurements",
+                  k ? "fixed" : "lp-grads", json_array_size(te), json_array_size(tl));
+        cr_expect(tr_bitwise_equal(&every, &last), "%s: measuring every step changed the run: loss %.3g, weights %.3g",
+                  k ? "fixed" : "lp-grads", tr_loss_diff(&every, &last), tr_weight_rel_diff(&every, &last));
+        tr_free(&every);
+        tr_free(&last);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
