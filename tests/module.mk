@@ -5,6 +5,7 @@ $(eval $(call add_test,test_hostile_config,tests/test_hostile_config.c $(TEST_SH
 $(eval $(call add_test,test_hostile_checkpoint,tests/test_hostile_checkpoint.c $(TEST_SHELL),))
 $(eval $(call add_test,test_hostile_squad,tests/test_hostile_squad.c $(TEST_SHELL),))
 $(eval $(call add_test,test_faults,tests/test_faults.c $(TEST_SHELL),))
+$(eval $(call add_test,test_run_folder,tests/test_run_folder.c $(TEST_SHELL),))
 $(eval $(call add_test,test_nonfinite,tests/test_nonfinite.c $(TEST_SHELL),))
 $(eval $(call add_test,test_loss_scaler,tests/test_loss_scaler.c,))
 $(eval $(call add_test,test_length_group,tests/test_length_group.c,))

@@ -12,6 +12,7 @@
 #include "../engine/launch.h"
 #include "../engine/opt_threads.h"
 #include "../engine/session_provenance.h"
+#include "../record/fsutil.h"
 #include "../record/provenance.h"
 #include "../record/record.h"
 #include "../engine/shard.h"
@@ -163,9 +164,8 @@ static int save_model(mpx_session *s, const char *dir, char *err, size_t errlen)
         rc = -1;
     }
     if (!rc) {
-        char cmd[3 * PATH_MAX];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", final);
-        if (system(cmd) != 0 || rename(tmp, final) != 0) {
+        /* the old checkpoint, its links removed and never followed (no shell: run names are the user's) */
+        if (mpx_remove_tree(final) != 0 || rename(tmp, final) != 0) {
             snprintf(err, errlen, "cannot move the new checkpoint into %.1000s: %s", final, strerror(errno));
             rc = -1;
         }

@@ -6,7 +6,7 @@
 
 typedef struct mpx_sweep_slurm_opts {
     int dry_run;                   /* print the job script instead of submitting it */
-    const char *sbatch_args;       /* --sbatch-args, split by the shell; NULL: none */
+    const char *sbatch_args;       /* --sbatch-args, split at blanks (no shell); NULL: none */
     const char *const *plugin_dirs;
     size_t n_plugin_dirs;
     const char *const *overrides;  /* the user's -s, for sweep.json */

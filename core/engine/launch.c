@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../record/fsutil.h"
 #include "../record/record.h"
 
 static int env_int(const char *name)
@@ -177,9 +178,7 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    char rm[64];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", session);
-    if (system(rm) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s\n", what, session);
+    if (mpx_remove_tree(session) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s: %s\n", what, session, strerror(errno));
     if (code == 0) return 0;
     if (got_signal) {
         mark_killed(dir, (int)got_signal);

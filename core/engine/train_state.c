@@ -1,5 +1,6 @@
 #include "train_state.h"
 #include "train_state_io.h"
+#include "../record/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -153,21 +154,9 @@ int mpx_ts_copy_file(const char *src, const char *dst, int optional, char *err, 
     return rc;
 }
 
-/* Remove a folder of plain files (a checkpoint folder has no sub-folders). */
-static int remove_files_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : -1;
-    struct dirent *e;
-    char path[PATH_MAX + 300];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(dir);
-}
+/* Remove a checkpoint folder: a link in its place, or inside it, is removed itself and
+ * never followed (fsutil.h). */
+static int remove_files_dir(const char *dir) { return mpx_remove_tree(dir); }
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
 

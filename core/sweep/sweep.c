@@ -155,9 +155,15 @@ static int check_name(const char *name, const char *file, char *err, size_t errl
 {
     if (!name[0] || !strcmp(name, ".") || !strcmp(name, ".."))
         return fail(err, errlen, "%s: name '%s' cannot be a folder name", file, name);
-    for (const char *p = name; *p; p++)
+    if (strlen(name) > 200)   /* + the cell's "-<hash>" under it; a folder name holds 255 bytes */
+        return fail(err, errlen, "%s: name is %zu bytes: at most 200 (it names a folder)", file, strlen(name));
+    for (const char *p = name; *p; p++) {
         if (*p == '/')
             return fail(err, errlen, "%s: name '%s' must not contain '/' (it names one folder)", file, name);
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return fail(err, errlen, "%s: name holds a control character (byte 0x%02x): it names a folder", file,
+                        (unsigned)(unsigned char)*p);
+    }
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../record/fsutil.h"
 #include "../record/record.h"
 
 #define THREADS_SENTINEL "backend.cpu.threads=@MPX_THREADS@"
@@ -224,21 +225,27 @@ static int record_submission(const mpx_sweep *sw, const mpx_sweep_cell *cells, c
     return rc;
 }
 
-/* Run sbatch --parsable on the script; its job id into id. */
+/* Run sbatch --parsable on the script (no shell: args is split at blanks, each word one
+ * argument, quotes not interpreted); its job id into id. */
 static int sbatch(const char *script, const char *args, char *id, size_t idlen, char *err, size_t errlen)
 {
-    char cmd[PATH_MAX * 2 + 4096], line[512] = "";
-    snprintf(cmd, sizeof cmd, "sbatch --parsable %s '%s' 2>&1", args ? args : "", script);
-    fflush(NULL);
-    FILE *p = popen(cmd, "r");
-    if (!p) return fail(err, errlen, "cannot run sbatch: %s", strerror(errno));
-    char out[4096] = "";
-    size_t used = 0;
-    while (fgets(line, sizeof line, p)) {
-        size_t n = strlen(line);
-        if (used + n < sizeof out) memcpy(out + used, line, n + 1), used += n;
+    enum { MAX_ARGS = 64 };
+    char words[4096], out[4096];
+    char *argv[MAX_ARGS + 4];
+    int n = 0;
+    argv[n++] = "sbatch";
+    argv[n++] = "--parsable";
+    snprintf(words, sizeof words, "%s", args ? args : "");
+    if (args && strlen(args) >= sizeof words) return fail(err, errlen, "--sbatch-args: longer than %zu bytes", sizeof words - 1);
+    for (char *w = strtok(words, " \t\n"); w; w = strtok(NULL, " \t\n")) {
+        if (n >= MAX_ARGS + 2) return fail(err, errlen, "--sbatch-args: more than %d arguments", MAX_ARGS);
+        argv[n++] = w;
     }
-    int st = pclose(p);
+    argv[n++] = (char *)script;
+    argv[n] = NULL;
+    int st = 0;
+    if (mpx_run_capture(argv, 1, out, sizeof out, &st) != 0) return fail(err, errlen, "cannot run sbatch: %s", strerror(errno));
+    size_t used = strlen(out);
     while (used && (out[used - 1] == '\n' || out[used - 1] == ' ')) out[--used] = 0;
     /* the job id is the last line: "12345" or "12345;cluster" */
     char *last = strrchr(out, '\n');

@@ -4,6 +4,7 @@
  * records stay the source of truth for results: Slurm only says whether a cell is still
  * queued or running, and why an ended one stopped. */
 #include "sweep_slurm.h"
+#include "../record/fsutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,19 +103,25 @@ static void scontrol_line(query *q, const char *line)
     if (c) set_state(c, state, reason, exit_code);
 }
 
-/* Run a command (stderr dropped), each output line to the parser; the exit status. */
-static int each_line(const char *cmd, query *q, int kind)
+/* Runs argv (no shell, stderr dropped), each output line to the parser; the wait status,
+ * or -1 when it could not start. */
+static int each_line(char *const argv[], query *q, int kind)
 {
-    char line[4096];
-    fflush(NULL);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    while (fgets(line, sizeof line, p)) {
-        line[strcspn(line, "\n")] = 0;
+    size_t cap = (size_t)1 << 20;   /* an array's lines are ~60 bytes a task */
+    char *out = malloc(cap);
+    int st = -1;
+    if (!out || mpx_run_capture(argv, 0, out, cap, &st) != 0) {
+        free(out);
+        return -1;
+    }
+    for (char *line = out, *next; *line; line = next) {
+        next = line + strcspn(line, "\n");
+        if (*next) *next++ = 0;
         if (kind == 2) scontrol_line(q, line);
         else pipe_line(q, line, kind);
     }
-    return pclose(p);
+    free(out);
+    return st;
 }
 
 static int unknown_left(const query *q)
@@ -128,14 +135,15 @@ static int unknown_left(const query *q)
 
 static void query_job(query *q)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "squeue -h -r -j %s -o '%%i|%%T|%%r' 2>/dev/null", q->job);
-    each_line(cmd, q, 0);
+    char job[64];
+    snprintf(job, sizeof job, "%s", q->job);
+    char *squeue[] = { "squeue", "-h", "-r", "-j", job, "-o", "%i|%T|%r", NULL };
+    char *sacct[] = { "sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State,ExitCode,Reason", NULL };
+    char *scontrol[] = { "scontrol", "-o", "show", "job", job, NULL };
+    each_line(squeue, q, 0);
     if (!unknown_left(q)) return;
-    snprintf(cmd, sizeof cmd, "sacct -n -P -X -j %s -o JobID,State,ExitCode,Reason 2>/dev/null", q->job);
-    if (each_line(cmd, q, 1) == 0 || !unknown_left(q)) return;
-    snprintf(cmd, sizeof cmd, "scontrol -o show job %s 2>/dev/null", q->job);
-    each_line(cmd, q, 2);
+    if (each_line(sacct, q, 1) == 0 || !unknown_left(q)) return;
+    each_line(scontrol, q, 2);
 }
 
 /* A job id as slurm.json holds it: digits only (it goes into a command line). */

@@ -1,0 +1,73 @@
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* FTW_PHYS: links are reported as links (FTW_SL) and not walked into; FTW_DEPTH: a
+ * folder after its contents. */
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+int mpx_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    return nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) == 0 ? 0 : -1;
+}
+
+int mpx_run_capture(char *const argv[], int merge_err, char *out, size_t outlen, int *status)
+{
+    int fd[2];
+    if (outlen) out[0] = 0;
+    if (pipe(fd) != 0) return -1;
+    /* neither end leaks into other children; the child's dup2 copies are not close-on-exec */
+    if (fcntl(fd[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(fd[1], F_SETFD, FD_CLOEXEC) != 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+    if (!rc) rc = merge_err ? posix_spawn_file_actions_adddup2(&fa, fd[1], STDERR_FILENO)
+                            : posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    fflush(NULL);
+    if (!rc) rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fd[1]);
+    if (rc) {
+        close(fd[0]);
+        errno = rc;
+        return -1;
+    }
+    size_t used = 0;
+    char drop[4096];
+    for (;;) {
+        int room = outlen > used + 1;
+        ssize_t n = room ? read(fd[0], out + used, outlen - 1 - used) : read(fd[0], drop, sizeof drop);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        if (room) used += (size_t)n;
+    }
+    if (outlen) out[used] = 0;
+    close(fd[0]);
+    while (waitpid(pid, status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return 0;
+}

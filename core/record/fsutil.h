@@ -1,0 +1,22 @@
+/* File-system and process helpers that never go through a shell and never follow a
+ * symbolic link where they delete: names come from users (run.name, sweep names, folders
+ * on the command line), so none of them is ever parsed by /bin/sh (docs/CONFIG.md, what
+ * run.name may hold). */
+#ifndef MPX_FSUTIL_H
+#define MPX_FSUTIL_H
+
+#include <stddef.h>
+
+/* Removes path and, when it is a real folder, everything under it, depth first, without
+ * following a symbolic link anywhere: a link is removed itself, never what it points
+ * to. 0 also when path does not exist; -1 with errno on the first failure. */
+int mpx_remove_tree(const char *path);
+
+/* Runs argv[0] (looked up in PATH) with argv as its arguments, no shell; its standard
+ * output (and standard error when merge_err, else /dev/null) into out (NUL-terminated,
+ * truncated to outlen - 1 bytes; the rest is read and dropped). *status gets the wait
+ * status. Returns 0 when the program ran (whatever its exit), -1 with errno when it
+ * could not be started. */
+int mpx_run_capture(char *const argv[], int merge_err, char *out, size_t outlen, int *status);
+
+#endif

@@ -1,0 +1,105 @@
+/* The run folder against a hostile user (issue: names, links): no name reaches a shell, and
+ * nothing is deleted through a symbolic link.
+ *  - a run.name holding a quote and a command substitution trains, saves its model under
+ *    exactly that folder name, and runs no command (before: `rm -rf '<dir>/checkpoint'`
+ *    through system() ran it, and a name with a quote failed after training);
+ *  - a train_state.old or checkpoint that is a link to a user's folder is removed as a link,
+ *    the folder and its files untouched (before: emptied by the end-of-run cleanup);
+ *  - run.name and sweep names: control characters and over-long names refused at check,
+ *    quotes and spaces accepted. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "support/shell.h"
+
+TestSuite(run_folder, .timeout = 120);
+
+static int is_link(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+Test(run_folder, a_run_name_is_never_a_shell_command)
+{
+    char *dir = ts_tmpdir("rf-name"), out[16384], path[4096];
+    /* the folder name is a'$(touch mpx-rf-pwned)'b (no '/': one folder name); a shell would
+     * create mpx-rf-pwned in the working directory, the repository root */
+    unlink("mpx-rf-pwned");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/tiny_squad.cfg -s train.max_steps=2 "
+                   "-s train.save_model=true -s 'run.output_dir=\"%s\"' "
+                   "-s \"run.name=\\\"a'\\$(touch mpx-rf-pwned)'b\\\"\" 2>&1", dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect_neq(access("mpx-rf-pwned", F_OK), 0, "the run name ran a command: mpx-rf-pwned exists");
+    unlink("mpx-rf-pwned");
+    snprintf(path, sizeof path, "%s/a'$(touch mpx-rf-pwned)'b/checkpoint/model.safetensors", dir);
+    cr_expect_eq(access(path, F_OK), 0, "no saved model at %s:\n%s", path, out);
+    snprintf(path, sizeof path, "%s/a'$(touch mpx-rf-pwned)'b/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "finished");
+    json_decref(rec);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
+/* A checkpoint folder, or the model's, that is a link to the user's folder: the run
+ * replaces the link and never empties what it points to. */
+Test(run_folder, links_in_the_run_folder_are_removed_not_followed)
+{
+    char *dir = ts_tmpdir("rf-link"), out[16384], path[8192], victim[4096];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s %s/run && echo precious > %s/thesis.tex && "
+                       "ln -s %s %s/run/train_state.old && ln -s %s %s/run/train_state.tmp && "
+                       "ln -s %s %s/run/checkpoint", victim, dir, victim, victim, dir, victim, dir, victim, dir), 0);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/tiny_squad.cfg --out %s/run -s train.max_steps=2 "
+                   "-s train.save_model=true 2>&1", dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    snprintf(path, sizeof path, "%s/thesis.tex", victim);
+    char *text = ts_slurp(path, NULL);
+    cr_expect_str_eq(text, "precious\n", "the user's file behind a link was changed");
+    free(text);
+    snprintf(path, sizeof path, "%s/run/train_state.old", dir);
+    cr_expect(!is_link(path), "train_state.old is still a link");
+    snprintf(path, sizeof path, "%s/run/checkpoint", dir);
+    cr_expect(!is_link(path), "the saved model went through the link");
+    snprintf(path, sizeof path, "%s/run/checkpoint/model.safetensors", dir);
+    cr_expect_eq(access(path, F_OK), 0, "no saved model in the run folder");
+    snprintf(path, sizeof path, "%s/model.safetensors", victim);
+    cr_expect_neq(access(path, F_OK), 0, "the model was written into the linked folder");
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
+static void expect_check(const char *args, int want_rc, const char *needle)
+{
+    char out[16384];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg %s 2>&1 >/dev/null", args);
+    cr_expect_eq(rc, want_rc, "mpx check %s exited %d:\n%s", args, rc, out);
+    if (needle) cr_expect(strstr(out, needle), "mpx check %s:\n%s", args, out);
+}
+
+Test(run_folder, run_names_are_one_folder_name)
+{
+    expect_check("-s \"run.name=\\\"bob's run\\\"\"", 0, NULL);
+    expect_check("-s 'run.name=\"a/b\"'", 1, "no /");
+    expect_check("-s \"run.name=\\\"$(printf 'a\\tb')\\\"\"", 1, "control character (byte 0x09");
+    char args[1024];
+    snprintf(args, sizeof args, "-s 'run.name=\"%0256d\"'", 0);
+    expect_check(args, 1, "256 bytes: a folder name holds at most 255");
+    snprintf(args, sizeof args, "-s 'run.name=\"%0255d\"'", 0);
+    expect_check(args, 0, NULL);
+}
+
+Test(run_folder, sweep_names_are_one_folder_name)
+{
+    char *dir = ts_tmpdir("rf-sweep"), out[16384], path[4096];
+    snprintf(path, sizeof path, "%s/s.cfg", dir);
+    ts_write_file(path, "name = \"a\\tb\";\nbase = \"/work/none.cfg\";\naxes = ( { key = \"run.seed\"; values = (1); } );\n");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "control character (byte 0x09)"), "%s", out);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
