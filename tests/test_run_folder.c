@@ -103,3 +103,23 @@ Test(run_folder, sweep_names_are_one_folder_name)
     cr_expect(strstr(out, "control character (byte 0x09)"), "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* A record file planted as a link to the user's file (diagnostics.csv, metrics.csv) is
+ * refused, naming it, and the user's file keeps its bytes (before: truncated). */
+Test(run_folder, a_linked_record_file_is_refused_not_written)
+{
+    static const char *const names[] = { "diagnostics.csv", "metrics.csv" };
+    for (size_t i = 0; i < 2; i++) {
+        char *dir = ts_tmpdir("rf-file"), out[16384], path[4096];
+        cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/run && echo precious > %s/thesis.tex && ln -s %s/thesis.tex %s/run/%s",
+                           dir, dir, dir, dir, names[i]), 0);
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --out %s/run -s train.max_steps=2 2>&1", dir);
+        cr_expect_neq(rc, 0, "%s: the run went on through the link:\n%s", names[i], out);
+        cr_expect(strstr(out, names[i]), "%s: the error does not name it:\n%s", names[i], out);
+        snprintf(path, sizeof path, "%s/thesis.tex", dir);
+        char *text = ts_slurp(path, NULL);
+        cr_expect_str_eq(text, "precious\n", "%s: the user's file behind the link was written", names[i]);
+        free(text);
+        ts_sh(NULL, 0, "rm -rf %s", dir);
+    }
+}

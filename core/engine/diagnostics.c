@@ -1,12 +1,14 @@
 #include "diagnostics.h"
 #include "host.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mpx/numerics.h"
+#include "../record/fsutil.h"
 
 #define CHUNK ((size_t)1 << 20)
 #define MAX_RATIOS 65536
@@ -105,9 +107,10 @@ int mpx_diag_open(mpx_diagnostics *d, mpx_session *s, const char *dir, char *err
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/diagnostics.csv", dir);
-    d->csv = fopen(path, "w");
+    d->csv = mpx_fopen_nofollow(path, 0);
     if (!d->group_of || !d->h_a || !d->h_b || !d->h_c || !d->csv) {
-        snprintf(err, errlen, "diagnostics: cannot set up (%s)", d->csv ? "out of memory" : path);
+        snprintf(err, errlen, "diagnostics: cannot set up (%s%s%s)", d->csv ? "out of memory" : path,
+                 d->csv ? "" : ": ", d->csv ? "" : strerror(errno));
         return -1;
     }
     /* columns are only ever appended (readers of older files find the first ones) */

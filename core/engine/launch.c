@@ -42,7 +42,7 @@ void mpx_launch_rank_error(const char *dir, int rank, const char *msg)
     char path[PATH_MAX + 32];
     if (mpx_mkdirs(dir) != 0) return;
     snprintf(path, sizeof path, "%s/rank-%d.error", dir, rank);
-    FILE *f = fopen(path, "w");
+    FILE *f = mpx_fopen_nofollow(path, 0);
     if (!f) return;
     fprintf(f, "%s\n", msg);
     fclose(f);

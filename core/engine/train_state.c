@@ -133,7 +133,7 @@ int mpx_ts_copy_file(const char *src, const char *dst, int optional, char *err, 
         snprintf(err, errlen, "cannot read %s: %s", src, strerror(errno));
         return -1;
     }
-    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (out < 0) {
         snprintf(err, errlen, "cannot write %s: %s", dst, strerror(errno));
         close(in);
@@ -195,7 +195,7 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
                      "scales (precision.opt_state/opt_state_sq in fp16 or an 8-bit format) yet", path);
             return -1;
         }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); return -1; }
     char *host = malloc(CHUNK);
     uint64_t offset = 0;
@@ -281,7 +281,7 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
 
 static int write_config(const mpx_session *s, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
+    FILE *f = mpx_fopen_nofollow(path, 0);
     int rc = !f || fwrite(s->set.config_text, 1, s->set.config_text_len, f) != s->set.config_text_len ||
              fflush(f) != 0 || fsync(fileno(f)) != 0;
     if (rc) snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));

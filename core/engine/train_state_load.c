@@ -3,6 +3,7 @@
  * so far and every state buffer restored (train_state.h; the save is train_state.c). */
 #include "train_state.h"
 #include "train_state_io.h"
+#include "../record/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -185,7 +186,7 @@ static int restore_rows(const char *from, const char *dir, const char *name, FIL
     fclose(*f);
     *f = NULL;
     if (mpx_ts_copy_file(src, dst, 0, err, errlen)) return -1;
-    if (!(*f = fopen(dst, "a"))) {
+    if (!(*f = mpx_fopen_nofollow(dst, 1))) {
         snprintf(err, errlen, "cannot append to %s: %s", dst, strerror(errno));
         return -1;
     }

@@ -30,6 +30,19 @@ int mpx_remove_tree(const char *path)
     return nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) == 0 ? 0 : -1;
 }
 
+FILE *mpx_fopen_nofollow(const char *path, int append)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, append ? "a" : "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
 int mpx_run_capture(char *const argv[], int merge_err, char *out, size_t outlen, int *status)
 {
     int fd[2];

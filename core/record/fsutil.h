@@ -6,11 +6,16 @@
 #define MPX_FSUTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Removes path and, when it is a real folder, everything under it, depth first, without
  * following a symbolic link anywhere: a link is removed itself, never what it points
  * to. 0 also when path does not exist; -1 with errno on the first failure. */
 int mpx_remove_tree(const char *path);
+
+/* fopen(path, "w") or (append) "a", except that a symbolic link at path is refused
+ * (ELOOP) instead of followed: what a run writes in its folder lands in its folder. */
+FILE *mpx_fopen_nofollow(const char *path, int append);
 
 /* Runs argv[0] (looked up in PATH) with argv as its arguments, no shell; its standard
  * output (and standard error when merge_err, else /dev/null) into out (NUL-terminated,

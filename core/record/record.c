@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "notes.h"
 
 /* ---- atomic JSON ------------------------------------------------------------------ */
@@ -18,9 +19,15 @@ int mpx_write_json_atomic(const char *path, json_t *j)
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int saved;
+    /* a fresh file: a stale one (or a link planted there) is removed, never written through */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return -1;
     errno = 0;   /* jansson sets none for a string that is not UTF-8 */
-    if (json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
-        saved = errno ? errno : EILSEQ;
+    int rc = json_dumpfd(j, fd, JSON_INDENT(2) | JSON_SORT_KEYS);
+    saved = errno ? errno : EILSEQ;
+    if (close(fd) != 0 && !rc) rc = -1, saved = errno;
+    if (rc != 0) {
         unlink(tmp);
         errno = saved; /* the caller names the file and this errno (e.g. ENOSPC) */
         return -1;
@@ -90,7 +97,7 @@ static void crash_handler(int sig)
 {
     if (crash.armed) {
         crash.armed = 0;
-        int fd = open(crash.tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        int fd = open(crash.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd >= 0) {
             char num[16];
             int n = 0, v = sig;
@@ -201,7 +208,7 @@ int mpx_record_open(mpx_record *r, const char *dir, json_t *root, const char *co
     }
     char csv[PATH_MAX + 16];
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
-    r->csv = fopen(csv, "w");
+    r->csv = mpx_fopen_nofollow(csv, 0);
     if (!r->csv) {
         snprintf(err, errlen, "cannot write %s: %s", csv, strerror(errno));
         return -1;

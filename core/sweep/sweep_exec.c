@@ -15,6 +15,7 @@
 
 #include "../record/record.h"
 #include "../engine/train_state.h"
+#include "../record/fsutil.h"
 
 static double now_s(void)
 {
@@ -68,7 +69,7 @@ static void draw_progress(const mpx_sweep_cell *c, const char *label, mpx_cell_p
 
 static int spawn(char **argv, const char *log, pid_t *pid, char *err, size_t errlen)
 {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) {
         snprintf(err, errlen, "cannot write %s: %s", log, strerror(errno));
         return -1;

@@ -6,6 +6,7 @@
 #include "sweep.h"
 
 #include "../record/record.h"
+#include "../record/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,7 +47,7 @@ void mpx_sweep_fault_torn_index(const char *sweep_dir)
     static const char torn[] = "{\n  \"axes\": [\n    {\n      \"key\": \"run.se";
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/sweep.json.tmp.%ld", sweep_dir, (long)getpid());
-    int fd = mpx_mkdirs(sweep_dir) == 0 ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666) : -1;
+    int fd = mpx_mkdirs(sweep_dir) == 0 ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
     if (fd >= 0) {
         ssize_t w = write(fd, torn, sizeof torn - 1);
         (void)w;

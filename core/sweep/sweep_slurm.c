@@ -267,7 +267,7 @@ int mpx_slurm_submit(const mpx_sweep *sw, const mpx_sweep_cell *cells, const int
     mpx_now_iso(when, sizeof when);
     for (char *p = when; *p; p++) if (*p == ':') *p = '-';
     snprintf(script, sizeof script, "%s/submit-%s-%ld.sh", folder, when, (long)getpid());
-    FILE *f = fopen(script, "w");
+    FILE *f = mpx_fopen_nofollow(script, 0);
     if (!f) return fail(err, errlen, "cannot write %s: %s", script, strerror(errno));
     int rc = mpx_slurm_script(f, sw, cells, todo, dirs, n_dirs, sweep_dir, err, errlen);
     if (fclose(f) != 0 && !rc) rc = fail(err, errlen, "cannot write %s", script);
