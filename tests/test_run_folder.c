@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -122,4 +123,77 @@ Test(run_folder, a_linked_record_file_is_refused_not_written)
         free(text);
         ts_sh(NULL, 0, "rm -rf %s", dir);
     }
+}
+
+/* One process at a time: a run folder in use refuses a second `mpx run` (and `--resume`)
+ * at once, naming the holder's pid, and the first run is not disturbed; a sweep folder
+ * refuses a second `mpx sweep` the same way. The lock dies with its holder: after a
+ * SIGKILL the folder can be used again. */
+static long wait_for(const char *path)
+{
+    for (int i = 0; i < 600; i++) {
+        char *t = access(path, F_OK) == 0 ? ts_slurp(path, NULL) : NULL;
+        long pid = t ? strtol(t, NULL, 10) : 0;
+        free(t);
+        if (pid > 0) return pid;
+        usleep(50000);
+    }
+    return 0;
+}
+
+Test(run_folder, a_folder_in_use_refuses_a_second_process, .timeout = 120)
+{
+    char *dir = ts_tmpdir("rf-lock"), out[16384], path[4096];
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --out %s/run -s train.max_steps=1000000 "
+                       "-s backend.cpu.threads=1 -s train.checkpoint_every=5 >%s/first.log 2>&1 & echo $!", dir, dir), 0);
+    long first = strtol(out, NULL, 10);
+    snprintf(path, sizeof path, "%s/run/mpx.lock", dir);
+    long holder = wait_for(path);
+    cr_assert_eq(holder, first, "the lock %s names pid %ld, the run is %ld", path, holder, first);
+    snprintf(path, sizeof path, "%s/run/train_state/state.json", dir);   /* something to resume from */
+    for (int i = 0; i < 600 && access(path, F_OK) != 0; i++) usleep(50000);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --out %s/run -s train.max_steps=2 2>&1", dir);
+    char want[128];
+    snprintf(want, sizeof want, "in use by another mpx process (pid %ld", holder);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, want), "no '%s' in:\n%s", want, out);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx run --resume %s/run 2>&1", dir);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, want), "--resume: no '%s' in:\n%s", want, out);
+    cr_expect_eq(kill((pid_t)first, 0), 0, "the first run died");
+    /* killed without a chance to clean up, the lock goes with it */
+    ts_sh(NULL, 0, "kill -9 %ld; while kill -0 %ld 2>/dev/null; do sleep 0.05; done", first, first);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --out %s/run -s train.max_steps=2 2>&1", dir);
+    cr_expect_eq(rc, 0, "after the holder died: %s", out);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
+Test(run_folder, a_sweep_folder_in_use_refuses_a_second_sweep, .timeout = 120)
+{
+    char *dir = ts_tmpdir("rf-sweeplock"), out[16384], path[4096];
+    snprintf(path, sizeof path, "%s/s.cfg", dir);
+    char text[2048];
+    snprintf(text, sizeof text, "name = \"locked\";\nbase = \"%s/configs/toy.cfg\";\n"
+             "set = (\"run.output_dir=\\\"%s\\\"\", \"train.max_steps=1000000\", \"backend.cpu.threads=1\");\n"
+             "axes = ( { key = \"run.seed\"; values = (1, 2); } );\n", getcwd(out, sizeof out), dir);
+    ts_write_file(path, text);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s >%s/first.log 2>&1 & echo $!", path, dir), 0);
+    long first = strtol(out, NULL, 10);
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/locked/mpx.lock", dir);
+    long holder = wait_for(lock);
+    cr_assert_eq(holder, first, "the sweep's lock names pid %ld, the sweep is %ld", holder, first);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s 2>&1", path);
+    char want[128];
+    snprintf(want, sizeof want, "in use by another mpx process (pid %ld", first);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, want), "no '%s' in:\n%s", want, out);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
+    cr_expect(rc != 2 && !strstr(out, "in use"), "--dry-run only reads, it takes no lock: %s", out);
+    /* a serial sweep does not pass SIGTERM on to its running cell (a terminal's ^C reaches
+     * both): end the sweep, then the cell */
+    ts_sh(NULL, 0, "kill -TERM %ld; while kill -0 %ld 2>/dev/null; do sleep 0.05; done; "
+          "pkill -TERM -f -- '[-]-out %s/locked/'; "
+          "while pgrep -f -- '[-]-out %s/locked/' >/dev/null; do sleep 0.05; done", first, first, dir, dir);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
 }

@@ -293,10 +293,21 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
         mpx_session_close(&s);
         return 1;
     }
+    /* one process at a time in a run folder: rank 0 (or the launcher, which tells its
+     * ranks it holds it) locks it before the record is opened, a checkpoint read or a file
+     * removed; the lock ends with the process */
+    const char *held = getenv("MPX_RUN_LOCK_HELD");
+    if (env_rank == 0 && !(held && !strcmp(held, dir)) &&
+        (mpx_mkdirs(dir) != 0 || mpx_lock_folder(dir, err, sizeof err) < 0)) {
+        fprintf(stderr, "mpx %s: %s\n", what, err[0] ? err : strerror(errno));
+        mpx_session_close(&s);
+        return 1;
+    }
     int64_t ranks = 1;
     mpx_config_get_int(s.cfg, "run.ranks", &ranks);
     if (!launched && ranks > 1) { /* start the ranks ourselves; they join */
         mpx_session_close(&s);
+        setenv("MPX_RUN_LOCK_HELD", dir, 1);
         return mpx_launch_ranks((int)ranks, what, argc, argv, dir);
     }
     mpx_record rec;

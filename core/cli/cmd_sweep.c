@@ -1,5 +1,6 @@
 /* mpx sweep SWEEP.cfg [--dry-run] [--retry-failed] [--jobs N | --executor slurm [--sbatch-args ARGS] | --status]
  *           [-s KEY=VALUE]... [--plugin-dir DIR]... */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "cmd_sweep_slurm.h"
+#include "../record/fsutil.h"
 #include "../record/record.h"
 #include "../sweep/sweep.h"
 
@@ -277,14 +279,21 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
         fprintf(stderr, "mpx sweep: %s: %s\n", sw->file, err);
         goto out;
     }
+    char sweep_dir[PATH_MAX];
+    snprintf(sweep_dir, sizeof sweep_dir, "%s", cells[0].dir);
+    *strrchr(sweep_dir, '/') = 0;
+    /* one sweep at a time in its folder: the lock before any record is read or written
+     * (each cell's mpx run takes its own folder's) */
+    if (!o->dry_run && !o->status &&
+        (mpx_mkdirs(sweep_dir) != 0 || mpx_lock_folder(sweep_dir, err, sizeof err) < 0)) {
+        fprintf(stderr, "mpx sweep: %s\n", err[0] ? err : strerror(errno));
+        goto out;
+    }
     long left = o->max_cells > 0 ? o->max_cells : (long)sw->n_cells;
     for (size_t i = 0; i < sw->n_cells; i++) {
         todo[i] = decide(o, sw, &cells[i], &states[i]);
         if (todo[i] && !o->dry_run && !o->status && left-- <= 0) todo[i] = 0; /* --max-cells: later */
     }
-    char sweep_dir[PATH_MAX];
-    snprintf(sweep_dir, sizeof sweep_dir, "%s", cells[0].dir);
-    *strrchr(sweep_dir, '/') = 0;
     if (o->status) {
         rc = mpx_sweep_status_cmd(sw, cells, sweep_dir);
         goto out;

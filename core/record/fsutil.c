@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,39 @@ int mpx_remove_tree(const char *path)
     if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
     if (!S_ISDIR(st.st_mode)) return unlink(path);
     return nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) == 0 ? 0 : -1;
+}
+
+int mpx_lock_folder(const char *dir, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/mpx.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot take the lock %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = e == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
+        pid[n > 0 ? (size_t)n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            snprintf(err, errlen, "%s is in use by another mpx process (pid %s, holding %s); wait for it to end "
+                     "or stop it", dir, pid[0] ? pid : "unknown", path);
+        else
+            snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 FILE *mpx_fopen_nofollow(const char *path, int append)

@@ -17,6 +17,13 @@ int mpx_remove_tree(const char *path);
  * (ELOOP) instead of followed: what a run writes in its folder lands in its folder. */
 FILE *mpx_fopen_nofollow(const char *path, int append);
 
+/* Takes the lock of a run or sweep folder for this process: DIR/mpx.lock (created, not
+ * through a link), flock'd exclusively without waiting, this pid written into it. Returns
+ * the lock's descriptor, kept open (close-on-exec) until the process ends, when the
+ * kernel releases the lock whatever the way it ended; or -1 with err saying that
+ * another process holds DIR, naming its pid, or why the lock file could not be taken. */
+int mpx_lock_folder(const char *dir, char *err, size_t errlen);
+
 /* Runs argv[0] (looked up in PATH) with argv as its arguments, no shell; its standard
  * output (and standard error when merge_err, else /dev/null) into out (NUL-terminated,
  * truncated to outlen - 1 bytes; the rest is read and dropped). *status gets the wait
