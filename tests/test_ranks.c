@@ -224,14 +224,7 @@ Test(ranks, toy_pure_bf16, .timeout = 300) { stages_equal_stage0(TOY, TOY_UNEVEN
 /* The tiny BERT on the first SQuAD article (written to a temp folder, not committed). */
 static void tiny(const policy_bytes *p)
 {
-    char *dir = ts_tmpdir("ranks-data"), args[2048];
-    char train[512], dev[512];
-    snprintf(train, sizeof train, "%s/train.json", dir);
-    snprintf(dev, sizeof dev, "%s/dev.json", dir);
-    tr_first_article("datasets/data/train-v1.1.json", train);
-    tr_first_article("datasets/data/dev-v1.1.json", dev);
-    snprintf(args, sizeof args, "-s train.max_steps=20 -s backend.cpu.threads=1 -s 'data.squad.train_file=\"%s\"' "
-             "-s 'data.squad.dev_file=\"%s\"'", train, dev);
+    char args[2048], *dir = tr_tiny_squad_args(args, sizeof args, "-s train.max_steps=20 -s backend.cpu.threads=1");
     stages_equal_stage0("configs/tiny_squad.cfg", args, p);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }

@@ -43,4 +43,9 @@ double tr_weight_rel_diff(const tr_run *a, const tr_run *b);
 /* A SQuAD-format file with the first article of `src` (test data, never committed). */
 void tr_first_article(const char *src, const char *dst);
 
+/* The tiny BERT on the first SQuAD article: writes its train and dev files into a fresh
+ * folder (returned, for rm -rf) and puts into args the -s that point at them, then
+ * `extra`. */
+char *tr_tiny_squad_args(char *args, size_t len, const char *extra);
+
 #endif

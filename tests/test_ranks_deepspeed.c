@@ -123,13 +123,8 @@ Test(ranks_deepspeed, toy_stage0_equals_stage1_at_3_ranks, .timeout = 300)
 /* The tiny BERT on the first SQuAD article (written to a temp folder, not committed). */
 Test(ranks_deepspeed, tiny_bert_stage0_equals_stage1_at_2_ranks, .timeout = 300)
 {
-    char *dir = ts_tmpdir("ds-data"), args[2048], train[512], dev[512];
-    snprintf(train, sizeof train, "%s/train.json", dir);
-    snprintf(dev, sizeof dev, "%s/dev.json", dir);
-    tr_first_article("datasets/data/train-v1.1.json", train);
-    tr_first_article("datasets/data/dev-v1.1.json", dev);
-    snprintf(args, sizeof args, "-s train.max_steps=12 -s backend.cpu.threads=1 -s 'data.squad.train_file=\"%s\"' "
-             "-s 'data.squad.dev_file=\"%s\"' -s 'precision.plugin=\"bf16-master\"'", train, dev);
+    char args[2048], *dir = tr_tiny_squad_args(args, sizeof args, "-s train.max_steps=12 -s backend.cpu.threads=1 "
+                                               "-s 'precision.plugin=\"bf16-master\"'");
     stage0_equals_stage1("configs/tiny_squad.cfg", args, 2);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }

@@ -89,6 +89,17 @@ double tr_weight_rel_diff(const tr_run *a, const tr_run *b)
     return m > 0 ? sqrt(d / m) : sqrt(d);
 }
 
+char *tr_tiny_squad_args(char *args, size_t len, const char *extra)
+{
+    char *dir = ts_tmpdir("ranks-data"), train[512], dev[512];
+    snprintf(train, sizeof train, "%s/train.json", dir);
+    snprintf(dev, sizeof dev, "%s/dev.json", dir);
+    tr_first_article("datasets/data/train-v1.1.json", train);
+    tr_first_article("datasets/data/dev-v1.1.json", dev);
+    snprintf(args, len, "-s 'data.squad.train_file=\"%s\"' -s 'data.squad.dev_file=\"%s\"' %s", train, dev, extra);
+    return dir;
+}
+
 void tr_first_article(const char *src, const char *dst)
 {
     json_error_t e;

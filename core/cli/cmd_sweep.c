@@ -287,6 +287,7 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
     if (!o->dry_run && !o->status &&
         (mpx_mkdirs(sweep_dir) != 0 || mpx_lock_folder(sweep_dir, err, sizeof err) < 0)) {
         fprintf(stderr, "mpx sweep: %s\n", err[0] ? err : strerror(errno));
+        rc = 1;   /* not a usage error: the cells are not finished */
         goto out;
     }
     long left = o->max_cells > 0 ? o->max_cells : (long)sw->n_cells;

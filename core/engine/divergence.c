@@ -80,6 +80,15 @@ static json_t *column(const double *table, size_t world, size_t k, size_t col)
     return a;
 }
 
+/* rc: -2 out of memory, -4 a collective failed, else reading the state failed. */
+static int fail(int rc, const char *what, const char *where, int64_t step, const char *read, char *err, size_t errlen)
+{
+    if (!rc) return 0;
+    snprintf(err, errlen, "%s %s step %lld: %s", what, where, (long long)step,
+             rc == -2 ? "out of memory" : rc == -4 ? "the collective failed" : read);
+    return -1;
+}
+
 int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char *err, size_t errlen)
 {
     if (s->world <= 1 || s->weights_len < s->numel_pad) return 0;
@@ -115,10 +124,7 @@ int mpx_divergence_replicas(mpx_session *s, int64_t steps, json_t *metrics, char
     }
     bufs_close(s, &b);
     free(table);
-    if (rc == -2) snprintf(err, errlen, "replica divergence after step %lld: out of memory", (long long)steps);
-    else if (rc == -4) snprintf(err, errlen, "replica divergence after step %lld: the collective failed", (long long)steps);
-    else if (rc) snprintf(err, errlen, "replica divergence after step %lld: reading the weights failed", (long long)steps);
-    return rc ? -1 : 0;
+    return fail(rc, "replica divergence", "after", steps, "reading the weights failed", err, errlen);
 }
 
 int mpx_divergence_grads(mpx_session *s, int64_t step, json_t *metrics, char *err, size_t errlen)
@@ -163,8 +169,5 @@ int mpx_divergence_grads(mpx_session *s, int64_t step, json_t *metrics, char *er
     }
     bufs_close(s, &b);
     free(table);
-    if (rc == -2) snprintf(err, errlen, "gradient divergence at step %lld: out of memory", (long long)step);
-    else if (rc == -4) snprintf(err, errlen, "gradient divergence at step %lld: the collective failed", (long long)step);
-    else if (rc) snprintf(err, errlen, "gradient divergence at step %lld: reading the gradients failed", (long long)step);
-    return rc ? -1 : 0;
+    return fail(rc, "gradient divergence", "at", step, "reading the gradients failed", err, errlen);
 }
