@@ -138,6 +138,53 @@ Test(resume, another_configuration_is_refused_naming_the_key, .timeout = 300)
     cr_expect_eq(rc, 0, "%s", out);
 }
 
+/* A refused --resume loses nothing: before, the record was opened first, so metrics.csv
+ * lost its rows and a "killed" record became "failed". Each refusal here (another -s, a
+ * truncated state.bin, another state version, another seed) leaves run.json, metrics.csv
+ * and the checkpoint byte for byte as they were, and a plain --resume then goes on. */
+Test(resume, a_refused_resume_changes_nothing, .timeout = 300)
+{
+    char *d = killed_run(), out[4096], path[1024];
+    static const char *const files[] = { "run.json", "metrics.csv", "train_state/state.json", "train_state/state.bin" };
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/before && cp %s/run/run.json %s/run/metrics.csv %s/before/ && "
+                       "cp %s/run/train_state/state.json %s/run/train_state/state.bin %s/before/", d, d, d, d, d, d, d), 0);
+    struct { const char *setup, *undo, *args, *needle; } cases[] = {
+        { "true", "true", "configs/toy.cfg " TOY_STEPS " -s optimizer.lr=0.01", "differs at optimizer.lr" },
+        { "truncate -s -4 %s/run/train_state/state.bin", "cp %s/before/state.bin %s/run/train_state/", "",
+          "truncated" },
+        { "sed -i 's/\"version\": 1/\"version\": 99/' %s/run/train_state/state.json",
+          "cp %s/before/state.json %s/run/train_state/", "", "not an mpx training state of version" },
+        { "true", "true", "configs/toy.cfg " TOY_STEPS " -s run.seed=99", "differs at run.seed" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        cr_assert_eq(ts_sh(NULL, 0, cases[k].setup, d), 0);
+        /* the checkpoint as the refusal must leave it, with the case's damage */
+        cr_assert_eq(ts_sh(NULL, 0, "cp %s/run/train_state/state.bin %s/run/train_state/state.json %s/", d, d, d), 0);
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx run %s --resume %s/run 2>&1", cases[k].args, d);
+        cr_expect_eq(rc, 1, "case %zu: exit %d: %s", k, rc, out);
+        cr_expect(strstr(out, cases[k].needle) && strstr(out, "nothing in"), "case %zu: %s", k, out);
+        for (size_t f = 0; f < 2; f++) {
+            snprintf(path, sizeof path, "%s/run/%s", d, files[f]);
+            char *a = ts_slurp(path, NULL);
+            snprintf(path, sizeof path, "%s/before/%s", d, strrchr(files[f], '/') ? strrchr(files[f], '/') + 1 : files[f]);
+            char *b = ts_slurp(path, NULL);
+            cr_expect_str_eq(a, b, "case %zu: %s changed", k, files[f]);
+            free(a);
+            free(b);
+        }
+        cr_expect(ts_sh(NULL, 0, "cmp -s %s/state.bin %s/run/train_state/state.bin && "
+                        "cmp -s %s/state.json %s/run/train_state/state.json", d, d, d, d) == 0,
+                  "case %zu: the checkpoint changed", k);
+        cr_assert_eq(ts_sh(NULL, 0, cases[k].undo, d, d), 0);
+    }
+    snprintf(path, sizeof path, "%s/run/run.json", d);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
+    json_decref(rec);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx run --resume %s/run 2>&1", d);
+    cr_expect_eq(rc, 0, "the undamaged checkpoint resumes: %s", out);
+}
+
 Test(resume, a_folder_without_a_checkpoint_is_refused, .timeout = 30)
 {
     char *d = ts_tmpdir("resume-none"), out[4096];

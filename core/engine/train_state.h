@@ -50,6 +50,15 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
                          const mpx_diagnostics *diag, const mpx_train_progress *p, json_t *metrics,
                          char *err, size_t errlen);
 
+/* What can be checked of checkpoint folder `from` before anything of the run folder is
+ * touched (mpx run --resume calls it before the record is opened, so that a refusal
+ * leaves every file as it was): state.json readable, of this format and version, of
+ * this configuration (naming the first key that differs), of this seed, with every
+ * field the load reads, and state.bin exactly as long as its own buffer table says.
+ * The session must be started (its formats known). The load checks the rest (the
+ * buffers against this run's, the step count against this run's data). */
+int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, size_t errlen);
+
 /* Restore the checkpoint folder `from` into a session, task, record and loop set up as
  * for a fresh run of the same configuration; refuses (naming the key, buffer or file) a
  * checkpoint that does not belong to this configuration. */

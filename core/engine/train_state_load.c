@@ -193,6 +193,59 @@ static int restore_rows(const char *from, const char *dir, const char *name, FIL
     return 0;
 }
 
+int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 64], key[256];
+    snprintf(path, sizeof path, "%s/state.json", from);
+    json_error_t je;
+    json_t *st = json_load_file(path, 0, &je);
+    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return -1; }
+    int rc = -1;
+    const char *format = json_string_value(json_object_get(st, "format"));
+    int64_t version = 0, v = 0, step = 0, total = 0, seed = 0;
+    json_t *layout = json_object_get(st, "buffers");
+    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
+        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
+    } else if (mpx_train_state_same_config(s->set.config_json, json_object_get(st, "config"), key, sizeof key)) {
+        snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
+    } else if (get_int(st, "step", &step) || get_int(st, "total_steps", &total) || get_int(st, "tick", &v) ||
+               get_int(st, "seed", &seed) || get_int(st, "updates", &v) || get_int(st, "skipped", &v) ||
+               get_int(st, "tokens_total", &v) || json_array_size(json_object_get(st, "data_position")) != 2 ||
+               !json_is_object(json_object_get(st, "metrics")) || !json_is_array(layout)) {
+        snprintf(err, errlen, "%s: incomplete (step, total_steps, tick, seed, updates, skipped, tokens_total, "
+                 "data_position, metrics, buffers)", path);
+    } else if (step < 0 || step > total || (uint64_t)seed != s->seed) {
+        snprintf(err, errlen, "%s: step %lld of %lld (seed %lld): not a checkpoint of this run (seed %llu)", path,
+                 (long long)step, (long long)total, (long long)seed, (unsigned long long)s->seed);
+    } else {
+        /* state.bin: the buffers of its own table, back to back */
+        uint64_t expect = 0;
+        size_t i;
+        for (i = 0; i < json_array_size(layout); i++) {
+            json_t *e = json_array_get(layout, i);
+            const char *dtype = json_string_value(json_object_get(e, "dtype"));
+            int64_t numel = -1;
+            mpx_dtype t;
+            if (!dtype || mpx_dtype_parse(&s->fmts, dtype, &t) || get_int(e, "numel", &numel) || numel < 0) break;
+            expect += (uint64_t)numel * mpx_dtype_size(t);
+        }
+        char bin[PATH_MAX + 64];
+        snprintf(bin, sizeof bin, "%s/state.bin", from);
+        struct stat sb;
+        if (i < json_array_size(layout))
+            snprintf(err, errlen, "%s: buffer %zu: no dtype this run knows, or no element count", path, i);
+        else if (stat(bin, &sb) != 0)
+            snprintf(err, errlen, "cannot read %s: %s", bin, strerror(errno));
+        else if ((uint64_t)sb.st_size != expect)
+            snprintf(err, errlen, "%s: %lld bytes, its state.json says %llu (truncated?)", bin, (long long)sb.st_size,
+                     (unsigned long long)expect);
+        else
+            rc = 0;
+    }
+    json_decref(st);
+    return rc;
+}
+
 int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_record *rec,
                          mpx_loss_scaler *ls, mpx_diagnostics *diag, mpx_train_progress *p,
                          json_t *metrics, char *err, size_t errlen)
