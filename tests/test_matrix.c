@@ -280,3 +280,37 @@ Test(matrix, a_plugin_option_is_not_applicable_to_runs_of_other_plugins)
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols precision.amp.dtyp "
                        "--metric accuracy 2>&1", dir), 2, "%s", out);
 }
+
+/* Per-rank arrays in a record (metrics.replica_divergence.rel_l2, one value a rank): a
+ * numeric path part indexes the array, a last part max, min or mean reduces it. Values
+ * chosen by hand: [0.5, 2, 0.25, 1.25] -> element 1 = 2, max 2, min 0.25, mean 1. */
+Test(matrix, a_per_rank_array_is_indexed_or_reduced)
+{
+    char *dir = ts_tmpdir("matrix-array"), path[PATH_MAX];
+    put_run(dir, "fp32_1", "fp32", 1, 1e-4, "finished", NULL, 1, 1);
+    snprintf(path, sizeof path, "%s/fp32_1/run.json", dir);
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s", e.text);
+    json_object_set_new(json_object_get(j, "metrics"), "replica_divergence",
+                        json_pack("{s:[f, f, f, f]}", "rel_l2", 0.5, 2.0, 0.25, 1.25));
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+    static const struct { const char *metric; double want; } cases[] = {
+        { "metrics.replica_divergence.rel_l2.1", 2.0 }, { "metrics.replica_divergence.rel_l2.max", 2.0 },
+        { "metrics.replica_divergence.rel_l2.min", 0.25 }, { "metrics.replica_divergence.rel_l2.mean", 1.0 },
+        { "replica_divergence.rel_l2.3", 1.25 },
+    };
+    static char out[1 << 16];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric %s --format json",
+                           dir, cases[i].metric), 0, "%s", out);
+        json_t *m = json_loads(out, 0, &e);
+        cr_assert_not_null(m, "%s\n%s", e.text, out);
+        cr_expect_float_eq(stat_of(json_array_get(json_object_get(m, "cells"), 0), cases[i].metric, "mean"),
+                           cases[i].want, 1e-12, "%s", cases[i].metric);
+        json_decref(m);
+    }
+    cr_expect_neq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin "
+                        "--metric metrics.replica_divergence.rel_l2.9 2>&1", dir), 0, "past the end: %s", out);
+}

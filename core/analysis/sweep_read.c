@@ -48,7 +48,10 @@ json_t *mpx_json_path(json_t *root, const char *dotted)
         if (n >= sizeof part) return NULL;
         memcpy(part, p, n);
         part[n] = 0;
-        v = json_object_get(v, part);
+        char *end;
+        unsigned long i = strtoul(part, &end, 10);
+        /* an array's element by its index (metrics.replica_divergence.rel_l2.3: rank 3's) */
+        v = json_is_array(v) && n && !*end ? json_array_get(v, i) : json_object_get(v, part);
         p += n + (dot ? 1 : 0);
     }
     return v;
@@ -67,6 +70,26 @@ int mpx_run_metric(json_t *run, const char *name, double *out)
     /* records from before final_loss_mean carry the losses it is computed from */
     if (!v && !strcmp(name, "final_loss_mean")) return mpx_tail_loss_mean(json_object_get(m, "losses"), out);
     if (!v) v = mpx_json_path(run, name);
+    if (!v) v = mpx_json_path(m, name);   /* a path inside metrics: replica_divergence.rel_l2.3 */
+    const char *last = strrchr(name, '.');
+    if (!v && last && (!strcmp(last, ".max") || !strcmp(last, ".min") || !strcmp(last, ".mean"))) {
+        /* an array of numbers reduced (per-rank values: replica_divergence.max_abs.max) */
+        char parent[512];
+        snprintf(parent, sizeof parent, "%.*s", (int)(last - name), name);
+        json_t *a = mpx_json_path(run, parent);
+        if (!a) a = mpx_json_path(m, parent);
+        size_t n = json_array_size(a), k;
+        if (!n) return -1;
+        double acc = last[2] == 'a' ? -INFINITY : last[2] == 'i' ? INFINITY : 0;
+        for (k = 0; k < n; k++) {
+            json_t *x = json_array_get(a, k);
+            if (!json_is_number(x)) return -1;
+            double d = json_number_value(x);
+            acc = last[2] == 'a' ? fmax(acc, d) : last[2] == 'i' ? fmin(acc, d) : acc + d / (double)n;
+        }
+        *out = acc;
+        return 0;
+    }
     if (json_is_number(v)) { *out = json_number_value(v); return 0; }
     if (json_is_boolean(v)) { *out = json_is_true(v); return 0; }
     return -1;
