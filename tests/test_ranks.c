@@ -378,3 +378,28 @@ Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120)
     json_decref(rec);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* SIGKILL to `mpx run --ranks` (no handler runs): mpirun gets SIGTERM from the kernel as
+ * its parent dies (PR_SET_PDEATHSIG) and stops its ranks, so none trains on as an orphan;
+ * rank 0 marks the record "killed". */
+Test(ranks, a_killed_launcher_takes_its_ranks_with_it, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-kill9"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out,
+                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
+                   ">%s/log 2>&1 & pid=$!; "
+                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
+                   "kill -KILL $pid; wait $pid; echo \"exit $?\"; "
+                   "for i in $(seq 300); do pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null "
+                   "|| break; sleep 0.1; done; "
+                   "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
+                   dir, dir, dir, dir, dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "exit 137"), "the launcher did not die on SIGKILL: %s", out);
+    cr_expect(strstr(out, "none"), "mpirun or a rank outlived the killed launcher: %s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
+    json_decref(rec);
+    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+}

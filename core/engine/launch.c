@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,9 +156,13 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     char session[] = "/tmp/mpx-mpirun-XXXXXX";
     if (!mkdtemp(session)) { fprintf(stderr, "mpx %s: cannot create a folder for mpirun: %s\n", what, strerror(errno)); free(av); return 1; }
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) { fprintf(stderr, "mpx %s: fork: %s\n", what, strerror(errno)); free(av); return 1; }
     if (pid == 0) {
+        /* mpirun ends with the launcher, however it ends (SIGKILL too): SIGTERM on its
+         * death, which mpirun passes on to the ranks; and if it died already, now */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(128 + SIGTERM);
         /* OpenMPI refuses root unless told; only for this child */
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
