@@ -191,3 +191,97 @@ Test(formats, mx_shared_scale_rule)
     cr_expect_eq(mpx_e8m0_decode(130), 8.0f);
     cr_expect(isnan(mpx_e8m0_decode(0xff)));
 }
+
+/* ---- any bias: tests/fixtures/formats/params.json, from an exact reference with Python
+ * fractions (make_params_fixture.py): 24 parameter sets, biases from -60 to 147, every
+ * special-value encoding, subnormals on and off, 1- and 2-byte storage; every code
+ * decoded, and every value, tie, tie +- 1 fp32 ulp, fp32 subnormal and overflow input
+ * encoded. */
+
+static json_t *params;
+
+static void load_params(void)
+{
+    json_error_t err;
+    params = json_load_file("tests/fixtures/formats/params.json", 0, &err);
+    cr_assert(params, "params.json:%d: %s", err.line, err.text);
+}
+
+static void unload_params(void) { json_decref(params); }
+
+static mpx_format params_format(const char *name, json_t *rec)
+{
+    const char *sp = json_string_value(json_object_get(rec, "special"));
+    mpx_format f = {
+        .size = sizeof f, .name = name,
+        .exp_bits = (uint8_t)json_integer_value(json_object_get(rec, "exp_bits")),
+        .man_bits = (uint8_t)json_integer_value(json_object_get(rec, "man_bits")),
+        .bias = (int16_t)json_integer_value(json_object_get(rec, "bias")),
+        .subnormals = (uint8_t)json_integer_value(json_object_get(rec, "subnormals")),
+        .storage_bytes = (uint8_t)json_integer_value(json_object_get(rec, "storage_bytes")),
+        .special = strcmp(sp, "IEEE") == 0 ? MPX_FMT_IEEE : strcmp(sp, "FN") == 0 ? MPX_FMT_FN
+                 : strcmp(sp, "FNUZ") == 0 ? MPX_FMT_FNUZ : MPX_FMT_FINITE,
+    };
+    return f;
+}
+
+static uint32_t hex_at(const char *s, size_t at, size_t len)
+{
+    char buf[16];
+    memcpy(buf, s + at, len);
+    buf[len] = 0;
+    return (uint32_t)strtoul(buf, NULL, 16);
+}
+
+Test(formats, any_bias_converts_as_the_exact_reference, .init = load_params, .fini = unload_params)
+{
+    const char *name;
+    json_t *rec;
+    int n_formats = 0, n_bias127 = 0;
+    json_object_foreach(json_object_get(params, "formats"), name, rec) {
+        mpx_format f = params_format(name, rec);
+        cr_assert_null(mpx_fmt_invalid(&f), "%s: %s", name, mpx_fmt_invalid(&f));
+        const char *dec = json_string_value(json_object_get(rec, "decode"));
+        size_t n_codes = strlen(dec) / 8, bad = 0, bad_in = 0;
+        cr_assert_eq(n_codes, (size_t)1 << mpx_fmt_bits(&f), "%s: %zu codes", name, n_codes);
+        for (size_t c = 0; c < n_codes; c++) {
+            uint32_t want = hex_at(dec, 8 * c, 8), got = bits_of(mpx_fmt_decode(&f, (uint32_t)c));
+            int nan = (want & 0x7fffffffu) > 0x7f800000u;
+            if (nan ? (got & 0x7fffffffu) <= 0x7f800000u : got != want) {
+                if (bad++ < 4) cr_log_error("%s: code 0x%zx decodes to %08x, the reference %08x", name, c, got, want);
+            }
+        }
+        const char *enc = json_string_value(json_object_get(rec, "encode"));
+        size_t n_pairs = strlen(enc) / 12;
+        for (size_t k = 0; k < n_pairs; k++) {
+            uint32_t in = hex_at(enc, 12 * k, 8), want = hex_at(enc, 12 * k + 8, 4);
+            float x;
+            memcpy(&x, &in, 4);
+            uint32_t got = mpx_fmt_encode(&f, x);
+            if (got != want && bad_in++ < 8)
+                cr_log_error("%s: %a (%08x) encodes to 0x%x, the reference 0x%x", name, (double)x, in, got, want);
+        }
+        cr_expect(bad == 0 && bad_in == 0, "%s: %zu of %zu codes and %zu of %zu inputs differ", name, bad, n_codes,
+                  bad_in, n_pairs);
+        n_formats++;
+        n_bias127 += f.bias >= 127;
+    }
+    cr_assert_geq(n_formats, 20);
+    cr_assert_geq(n_bias127, 8);
+}
+
+/* A range fp32 cannot hold is refused: a largest finite past 2^128, or a smallest step
+ * below 2^-149 (decode would return garbage). */
+Test(formats, ranges_past_fp32_are_refused, .init = load_params, .fini = unload_params)
+{
+    const char *name;
+    json_t *rec;
+    int n = 0;
+    json_object_foreach(json_object_get(params, "refused"), name, rec) {
+        mpx_format f = params_format(name, rec);
+        const char *why = mpx_fmt_invalid(&f);
+        cr_expect(why && strstr(why, "fp32"), "%s: %s", name, why ? why : "accepted");
+        n++;
+    }
+    cr_assert_eq(n, 3);
+}

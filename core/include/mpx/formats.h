@@ -132,8 +132,15 @@ static inline uint32_t mpx_fmt_encode_(const mpx_format *f, float x, int saturat
     if (a == 0) return f->special == MPX_FMT_FNUZ ? 0u : sign;
     int e = (int)(a >> 23);
     uint32_t m = a & 0x7fffffu;
-    if (e) m |= 0x800000u; else e = 1;
-    e -= 127;                                      /* x = m * 2^(e - 23) */
+    if (e) {
+        m |= 0x800000u;
+    } else {                                       /* an fp32 subnormal: normalized, so that */
+        e = 1;                                     /* a format reaching below 2^-126 (bias */
+        int z = __builtin_clz(m) - 8;              /* past 126) rounds it in its own grid */
+        m <<= z;
+        e -= z;
+    }
+    e -= 127;                                      /* x = m * 2^(e - 23), 2^23 <= m < 2^24 */
     int emin = 1 - f->bias;                        /* smallest normal exponent */
     uint32_t mag;
     if (e >= emin) {
@@ -184,6 +191,11 @@ static inline const char *mpx_fmt_invalid(const mpx_format *f)
     if (f->special == MPX_FMT_IEEE && f->exp_bits < 2) return "IEEE specials need 2 or more exponent bits";
     if (f->special == MPX_FMT_FN && f->exp_bits + f->man_bits < 2) return "too few bits for an FN NaN";
     if (f->bias < -100 || f->bias > 150) return "bias out of range";
+    /* every value must be an fp32: the largest below 2^128, the smallest step >= 2^-149 */
+    if ((int)(mpx_fmt_max_code(f) >> f->man_bits) - f->bias > 127)
+        return "its largest finite value is past fp32's range (2^128): lower exp_bits or raise bias";
+    if (1 - f->bias - (f->subnormals ? f->man_bits : 0) < -149)
+        return "its smallest value is below fp32's smallest subnormal (2^-149): lower bias";
     return NULL;
 }
 
