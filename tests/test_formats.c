@@ -285,3 +285,36 @@ Test(formats, ranges_past_fp32_are_refused, .init = load_params, .fini = unload_
     }
     cr_assert_eq(n, 3);
 }
+
+/* Saturation is what the clamp alone decides: past the midpoint above the largest finite
+ * value (on it when that tie rounds up). The oracle is the non-saturating encoder, itself
+ * checked against ml_dtypes above: for IEEE and FN formats it gives the overflow code
+ * exactly when the value does not round to a finite one. Every fp32 from the largest
+ * finite to twice it, both signs, for E4M3 (FN: the tie at 464 rounds down to 448) and E5M2
+ * (IEEE: the tie at 61440 rounds up). Hand values too, and E2M1 (FINITE). */
+Test(formats, saturation_is_past_the_rounding_of_the_largest_value)
+{
+    static const mpx_format fmts[] = { MPX_FORMAT_FP8_E4M3, MPX_FORMAT_FP8_E5M2 };
+    for (size_t k = 0; k < 2; k++) {
+        const mpx_format *f = &fmts[k];
+        float top = mpx_fmt_max(f);
+        uint32_t lo = bits_of(top), hi = bits_of(2 * top), over = mpx_fmt_encode(f, INFINITY);
+        size_t bad = 0;
+        for (uint32_t u = lo; u <= hi; u++) {
+            float x;
+            memcpy(&x, &u, 4);
+            for (int s = 0; s < 2; s++) {
+                float v = s ? -x : x;
+                int want = (mpx_fmt_encode(f, v) & 0x7fu) == (over & 0x7fu);
+                if (mpx_fmt_saturates(f, v) != want && bad++ < 4)
+                    cr_log_error("%s: %a: saturates %d, the encoder says %d", f->name, (double)v, !want, want);
+            }
+        }
+        cr_expect_eq(bad, 0, "%s: %zu values", f->name, bad);
+    }
+    mpx_format e4 = MPX_FORMAT_FP8_E4M3, e5 = MPX_FORMAT_FP8_E5M2, e2 = MPX_FORMAT_FP4_E2M1;
+    cr_expect(!mpx_fmt_saturates(&e4, 448.0f) && !mpx_fmt_saturates(&e4, 0x1.c00002p+8f) && !mpx_fmt_saturates(&e4, 464.0f));
+    cr_expect(mpx_fmt_saturates(&e4, 0x1.d00002p+8f) && mpx_fmt_saturates(&e4, -500.0f) && mpx_fmt_saturates(&e4, INFINITY));
+    cr_expect(!mpx_fmt_saturates(&e5, 0x1.dffffep+15f) && mpx_fmt_saturates(&e5, 61440.0f));
+    cr_expect(!mpx_fmt_saturates(&e2, 6.99f) && mpx_fmt_saturates(&e2, 7.0f) && !mpx_fmt_saturates(&e2, NAN));
+}

@@ -168,6 +168,28 @@ static inline uint32_t mpx_fmt_encode_sat(const mpx_format *f, float x) { return
 static inline float mpx_fmt_round(const mpx_format *f, float x) { return mpx_fmt_decode(f, mpx_fmt_encode(f, x)); }
 /* The largest finite value. */
 static inline float mpx_fmt_max(const mpx_format *f) { return mpx_fmt_decode(f, mpx_fmt_max_code(f)); }
+/* Whether converting x saturates: |x| lies past what rounding to nearest keeps at the
+ * largest finite value (beyond the midpoint to the next grid value, or on it when that
+ * tie rounds up), so that only the clamp brings it back. A value a hair above the largest
+ * finite (448.00003 for E4M3, what amax * (448 / amax) often gives) rounds to it and is
+ * not saturated. Formats with their own conversions: |x| > largest finite. */
+static inline int mpx_fmt_saturates(const mpx_format *f, float x)
+{
+    float a = x < 0 ? -x : x, top = mpx_fmt_max(f);
+    if (a != a) return 0;
+    if (f->encode) return a > top;
+    uint32_t u;
+    memcpy(&u, &top, 4);
+    int e = (int)((u >> 23) & 0xffu) - 127;
+    if (e - f->man_bits - 1 < -126) return a > top;   /* a top too small for the midpoint as a normal */
+    union { uint32_t u; float f; } half;
+    half.u = (uint32_t)(e - f->man_bits - 1 + 127) << 23;   /* half the step above top */
+    float mid = top + half.f;                         /* exact: one bit more than top has */
+    uint32_t maxc = mpx_fmt_max_code(f);
+    int tie_up = f->man_bits == 0 || (maxc & 1u);     /* as mpx_fmt_encode rounds the tie */
+    return a > mid || (a == mid && tie_up);
+}
+
 /* floor(log2(largest finite)): the element's emax in OCP MX terms. */
 static inline int mpx_fmt_emax(const mpx_format *f)
 {

@@ -52,20 +52,19 @@ static float amax_of(const float *x, size_t n)
 
 /* One element rounded from its scaled value v (= x * s, or x / 2^X for MX) into q,
  * counted into st (mpx_quant_stats). */
-static inline void count_quant(mpx_quant_stats *st, float x, float v, float q, float fmax)
+static inline void count_quant(mpx_quant_stats *st, const mpx_format *f, float x, float v, float q)
 {
     if (x == 0.0f || isnan(x)) return;
     st->nonzero++;
-    if (fabsf(v) > fmax) st->saturated++;
+    if (mpx_fmt_saturates(f, v)) st->saturated++;   /* not a hair above the top that rounds to it */
     else if (q == 0.0f) st->flushed++;
 }
 
 static void quantize_tensor(const mpx_format *f, const float *lut, float *x, size_t n, float s, mpx_quant_stats *st)
 {
-    const float fmax = mpx_fmt_max(f);
     for (size_t i = 0; i < n; i++) {
         float v = x[i] * s, q = lut[mpx_fmt_encode_sat(f, v)];
-        count_quant(st, x[i], v, q, fmax);
+        count_quant(st, f, x[i], v, q);
         x[i] = q;
     }
     st->n += n;
@@ -78,7 +77,6 @@ static void quantize_mx(const mpx_format *f, const float *lut, float *x, int bat
                         int k_along_cols, mpx_quant_stats *st)
 {
     const int emax = mpx_fmt_emax(f);
-    const float fmax = mpx_fmt_max(f);
     st->n += (size_t)batch * rows * cols;
     st->scale = NAN;
     const int lines = k_along_cols ? rows : cols, klen = k_along_cols ? cols : rows;
@@ -109,7 +107,7 @@ static void quantize_mx(const mpx_format *f, const float *lut, float *x, int bat
                 }
                 for (int k = k0; k < k1; k++) {
                     float *e = &v[(size_t)k * step], sc = *e * inv, q = lut[mpx_fmt_encode_sat(f, sc)];
-                    count_quant(st, *e, sc, q, fmax);
+                    count_quant(st, f, *e, sc, q);
                     *e = q * scale;
                 }
             }
