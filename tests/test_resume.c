@@ -40,8 +40,9 @@ static json_t *metrics_of(const char *dir)
     return m;
 }
 
-/* The straight run and the interrupted + resumed one under `env` and `extra`. */
-static void straight_vs_resumed(const char *env, const char *extra)
+/* The straight run and the interrupted + resumed one under `env` and `extra`; the resume
+ * adds `resume_extra`. */
+static void straight_vs_resumed(const char *env, const char *extra, const char *resume_extra)
 {
     char *d = ts_tmpdir("resume");
     char a[300], b[300];
@@ -59,7 +60,7 @@ static void straight_vs_resumed(const char *env, const char *extra)
     json_t *st = ts_load_json(path);
     cr_assert_eq(json_integer_value(json_object_get(st, "step")), 10);
     json_decref(st);
-    cr_assert_eq(ts_sh(NULL, 0, "%s build/bin/mpx run --resume %s >%s.resume.log 2>&1", env, b, b), 0,
+    cr_assert_eq(ts_sh(NULL, 0, "%s build/bin/mpx run --resume %s %s >%s.resume.log 2>&1", env, b, resume_extra, b), 0,
                  "resume (%s.resume.log)", b);
 
     char *ra = ts_metrics_rows(a), *rb = ts_metrics_rows(b);
@@ -90,20 +91,20 @@ static void straight_vs_resumed(const char *env, const char *extra)
 
 Test(resume, fp32_20_steps_equal_10_plus_resume_plus_10, .timeout = 300)
 {
-    straight_vs_resumed("", "");
+    straight_vs_resumed("", "", "");
 }
 
 Test(resume, fp16_scaled_restores_the_loss_scaler, .timeout = 300)
 {
     straight_vs_resumed("MPX_INJECT_OVERFLOW_AT_STEP=3",
                         "-s 'precision.plugin=\"fp16-scaled\"' -s precision.loss_scale_window=8 "
-                        "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01");
+                        "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01", "");
 }
 
 Test(resume, pure_bf16_stochastic_rounding_restores_the_random_streams, .timeout = 300)
 {
     straight_vs_resumed("", "-s 'precision.plugin=\"pure-bf16\"' -s 'precision.rounding=\"stochastic\"' "
-                            "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01");
+                            "-s 'optimizer.plugin=\"adam\"' -s optimizer.lr=0.01", "");
 }
 
 /* fp8-delayed with a 4-step amax window (and every layer in fp8: the tiny BERT has only
@@ -114,7 +115,7 @@ Test(resume, fp8_delayed_restores_the_amax_histories_and_state_scales, .timeout 
 {
     straight_vs_resumed("", "-s 'precision.plugin=\"fp8-delayed\"' -s precision.fp8-delayed.amax_history_len=4 "
                             "-s 'precision.fp8-delayed.bf16_layers=\"none\"' "
-                            "-s 'precision.fp8-delayed.optimizer_state=\"ms-amp-o2\"'");
+                            "-s 'precision.fp8-delayed.optimizer_state=\"ms-amp-o2\"'", "");
 }
 
 /* A killed run folder with a checkpoint at step 10. */
@@ -125,6 +126,15 @@ static char *killed_run(void)
     snprintf(cmd, sizeof cmd, "MPX_FAULT_AT_STEP=10 build/bin/mpx run configs/toy.cfg " TOY_STEPS " --out %s/run >/dev/null 2>&1", d);
     cr_assert_neq(system(cmd), 0);
     return d;
+}
+
+/* `mpx sweep --jobs N` gives each cell its own thread count: a cell resumed with other
+ * threads and update windows than it started with is the same run, bit for bit (those
+ * keys change no result; before, the resume was refused at backend.cpu.threads). */
+Test(resume, other_threads_and_update_windows_resume_bitwise, .timeout = 300)
+{
+    straight_vs_resumed("", "-s backend.cpu.threads=1 -s train.update_threads=1",
+                        "-s backend.cpu.threads=2 -s train.update_threads=2 -s train.update_chunk=1000");
 }
 
 Test(resume, another_configuration_is_refused_naming_the_key, .timeout = 300)

@@ -67,8 +67,9 @@ int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_reco
                          json_t *metrics, char *err, size_t errlen);
 
 /* Whether the effective configurations a and b (mpx_config_to_json) are the same run:
- * equal except for train.checkpoint_every, run.name and run.output_dir. Returns 0, or -1 with the first differing
- * key in `key`. */
+ * equal except for train.checkpoint_every, run.name, run.output_dir and the keys that
+ * change no bit of the results (train.update_chunk, train.update_threads,
+ * backend.<plugin>.threads). Returns 0, or -1 with the first differing key in `key`. */
 int mpx_train_state_same_config(json_t *a, json_t *b, char *key, size_t len);
 
 #endif

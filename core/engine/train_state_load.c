@@ -19,6 +19,20 @@
 
 /* ---- load ------------------------------------------------------------------------- */
 
+/* Keys a resumed run may change: where the records go and how often, and what does not
+ * change a bit of the results (docs/CONFIG.md: update windows, update threads, the
+ * backend's threads: `mpx sweep --jobs N` sets those per cell). */
+static int neutral_key(const char *key)
+{
+    static const char *const keys[] = { "train.checkpoint_every", "run.name", "run.output_dir", "train.update_chunk",
+                                        "train.update_threads" };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strcmp(key, keys[i])) return 1;
+    size_t n = strlen(key);   /* backend.<plugin>.threads */
+    return !strncmp(key, "backend.", 8) && n > 8 + 8 && !strcmp(key + n - 8, ".threads") &&
+           !memchr(key + 8, '.', n - 8 - 8);
+}
+
 static int diff_key(json_t *a, json_t *b, char *key, size_t len, size_t used)
 {
     if (json_is_object(a) && json_is_object(b)) {
@@ -28,15 +42,14 @@ static int diff_key(json_t *a, json_t *b, char *key, size_t len, size_t used)
             int n = snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
             size_t u = used + (n > 0 ? (size_t)n : 0);
             if (u >= len) u = len - 1;
-            if (!strcmp(key, "train.checkpoint_every") || !strcmp(key, "run.name") || !strcmp(key, "run.output_dir"))
-                continue; /* where the records go and how often, not what the run computes */
+            if (neutral_key(key)) continue;
             json_t *w = json_object_get(b, k);
             if (!w || diff_key(v, w, key, len, u)) return -1;
         }
         json_object_foreach(b, k, v) {
             if (json_object_get(a, k)) continue;
             snprintf(key + used, len - used, "%s%s", used ? "." : "", k);
-            if (!strcmp(key, "train.checkpoint_every")) continue;
+            if (neutral_key(key)) continue;
             return -1;
         }
         key[used] = 0;
