@@ -100,9 +100,7 @@ static json_t *memory_report(const mpx_session *s, const double *table)
     /* the threads the optimizer's update ran on (train.update_threads, opt_threads.h) */
     json_object_set_new(m, "update_threads", json_integer(mpx_opt_threads_count(s->upd.threads)));
     json_object_set_new(m, "update_buffers_bytes", json_integer((json_int_t)mpx_update_buffer_bytes(s)));
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0) json_object_set_new(m, "rss_peak_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
-    json_t *per = json_array();
+    json_t *per = json_array();   /* rss_peak_bytes after the evaluation: record_rss */
     for (int r = 0; table && r < world; r++) {
         double b;
         json_t *row = bytes_per_role(table + (size_t)r * MPX_ROLE_COUNT, s->numel, &b);
@@ -198,6 +196,28 @@ static int dump_final_weights(mpx_session *s, char *err, size_t errlen)
     return rc;
 }
 
+/* Every rank's peak resident set, taken after the evaluation (rank 0's includes it), into
+ * memory.rss_peak_bytes (rank 0's) and memory.per_rank[r].rss_peak_bytes. Collective. */
+static int record_rss(mpx_session *s, json_t *memory, char *err, size_t errlen)
+{
+    int world = s->world > 0 ? s->world : 1;
+    double *rss = calloc((size_t)world, sizeof *rss);
+    struct rusage ru;
+    if (!rss) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (getrusage(RUSAGE_SELF, &ru) == 0) rss[s->rank] = (double)ru.ru_maxrss * 1024.0;
+    if (world > 1 && mpx_core_host.allreduce_sum(&s->inst[MPX_KIND_COMM].env.pub, rss, (size_t)world)) {
+        free(rss);
+        snprintf(err, errlen, "gathering every rank's peak resident set failed");
+        return -1;
+    }
+    json_t *per = json_object_get(memory, "per_rank");
+    json_object_set_new(memory, "rss_peak_bytes", json_integer((json_int_t)rss[0]));
+    for (int r = 0; r < world; r++)
+        json_object_set_new(json_array_get(per, (size_t)r), "rss_peak_bytes", json_integer((json_int_t)rss[r]));
+    free(rss);
+    return 0;
+}
+
 /* Everything after the record exists; failures end up in the record. */
 static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int train, const char *from,
                           char *err, size_t errlen)
@@ -218,7 +238,8 @@ static int train_and_eval(mpx_session *s, mpx_task *t, mpx_record *rec, int trai
     if (mpx_wgather_begin_whole(s, err, errlen)) return -1;
     int rc = s->rank == 0 ? t->evaluate(t, s, metrics, rec->dir, err, errlen) : 0;
     mpx_wgather_end_whole(s);
-    return rc ? -1 : 0;
+    if (rc) return -1;   /* rank 0 alone: the others are ended by the abort (fail_ranks) */
+    return record_rss(s, json_object_get(rec->root, "memory"), err, errlen);
 }
 
 /* --resume DIR: the run folder is DIR; the configuration the checkpoint's unless given. */
