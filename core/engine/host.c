@@ -76,7 +76,12 @@ static int host_opt_string_list(mpx_env *env, const char *key, const char **out,
 const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len)
 {
     mpx_instance *in = &s->inst[kind];
-    snprintf(buf, len, "%s: %s", in->env.label, in->env.err[0] ? in->env.err : "failed (no message)");
+    const mpx_instance *c = &s->inst[MPX_KIND_COMM];
+    /* the zero plugin's collectives run in the communicator: its message is the cause */
+    if (!in->env.err[0] && kind == MPX_KIND_ZERO && c->rec && c->env.err[0])
+        snprintf(buf, len, "%s: its communicator failed: %s", in->env.label, c->env.err);
+    else
+        snprintf(buf, len, "%s: %s", in->env.label, in->env.err[0] ? in->env.err : "failed (no message)");
     return buf;
 }
 

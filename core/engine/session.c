@@ -190,13 +190,24 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
     }
     /* BF16_Optimizer: 16-bit grads added into a wider accumulator, no loss scaling */
     const mpx_precision_desc *d = &s->prec;
-    if (s->set.ds_lp_grads && (d->grad_acc == MPX_DTYPE_NONE || d->grad_acc == d->grads || d->grads == MPX_F32 ||
+    if (s->set.ds_lp_grads && (d->grad_acc == MPX_DTYPE_NONE || d->grad_acc == d->grads ||
+                               (d->grads != MPX_BF16 && d->grads != MPX_F16) ||
                                (d->loss_scale && strcmp(d->loss_scale, "none") != 0))) {
         snprintf(err, errlen, "zero.deepspeed_bf16_reduce = \"lp-grads\" emulates DeepSpeed's BF16_Optimizer (16-bit "
                  "grads added into an fp32 accumulator, no loss scaling); %s has %s grads, %s, and loss scale \"%s\" "
                  "(bf16-master is that policy)", p->env.label, mpx_dtype_label(&s->fmts, d->grads),
                  d->grad_acc == MPX_DTYPE_NONE || d->grad_acc == d->grads ? "no wider accumulator" : "a wider accumulator",
                  d->loss_scale ? d->loss_scale : "none");
+        return -1;
+    }
+    /* the gradient all-reduce sums in its wire dtype: fp32, fp16 or bf16 (an 8-bit sum
+     * would need per-tensor scaling, which no communicator here does) */
+    mpx_dtype wire = d->comm != MPX_DTYPE_NONE ? d->comm : d->grad_acc != MPX_DTYPE_NONE ? d->grad_acc : d->grads;
+    if (s->set.ranks > 1 && wire != MPX_F32 && wire != MPX_F16 && wire != MPX_BF16) {
+        snprintf(err, errlen, "precision.comm_dtype: %s reduces gradients across ranks in %s, and mpx sums them in "
+                 "fp32, fp16 or bf16 only (an 8-bit sum needs per-tensor scaling); at %lld ranks set "
+                 "precision.comm_dtype = \"bf16\" (or \"fp32\")", p->env.label, mpx_dtype_label(&s->fmts, wire),
+                 (long long)s->set.ranks);
         return -1;
     }
     mpx_scaling_free(&s->scaling);

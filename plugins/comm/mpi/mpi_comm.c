@@ -79,14 +79,19 @@ static int ensure_tmp(mpi_comm *c, size_t bytes)
     return c->ring.tmp ? MPX_OK : MPX_ERR_NOMEM;
 }
 
-static int check_args(mpi_comm *c, const char *what, mpx_arg a, size_t n)
+/* Reductions sum, so they take fp32, fp16 and bf16; the copies (allgather, broadcast)
+ * move any dtype's bytes, 8-bit formats included (`copy`). */
+static int check_args_(mpi_comm *c, const char *what, mpx_arg a, size_t n, int copy)
 {
-    if (a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16)
-        return MPX_FAIL(c->env, "comm/mpi: %s of %s buffers is not supported (fp32, fp16, bf16)", what, mpx_dtype_name(a.t));
+    if (copy ? mpx_dtype_size(a.t) == 0 : a.t != MPX_F32 && a.t != MPX_F16 && a.t != MPX_BF16)
+        return MPX_FAIL(c->env, "comm/mpi: %s of %s buffers is not supported (%s)", what, mpx_dtype_name(a.t),
+                        copy ? "a dtype of 1, 2 or 4 bytes" : "sums in fp32, fp16 or bf16");
     if (n > (size_t)INT_MAX) return MPX_FAIL(c->env, "comm/mpi: %s of %zu elements (at most %d)", what, n, INT_MAX);
     if (n && !a.p) return MPX_FAIL(c->env, "comm/mpi: %s of a NULL buffer", what);
     return MPX_OK;
 }
+
+static int check_args(mpi_comm *c, const char *what, mpx_arg a, size_t n) { return check_args_(c, what, a, n, 0); }
 
 static int mpi_allreduce(void *self, mpx_arg buf, size_t n, mpx_reduce_op op)
 {
@@ -121,7 +126,7 @@ static int mpi_allgather(void *self, mpx_arg send, mpx_arg recv, size_t n_per_ra
 {
     mpi_comm *c = self;
     size_t n = n_per_rank * (size_t)c->ring.world, sz = mpx_dtype_size(recv.t);
-    MPX_TRY(check_args(c, "allgather", recv, n));
+    MPX_TRY(check_args_(c, "allgather", recv, n, 1));
     if (recv.t != send.t)
         return MPX_FAIL(c->env, "comm/mpi: allgather from %s into %s", mpx_dtype_name(send.t), mpx_dtype_name(recv.t));
     char *mine = (char *)recv.p + (size_t)c->ring.rank * n_per_rank * sz;
@@ -133,7 +138,7 @@ static int mpi_allgather(void *self, mpx_arg send, mpx_arg recv, size_t n_per_ra
 static int mpi_broadcast(void *self, mpx_arg buf, size_t n, int root)
 {
     mpi_comm *c = self;
-    MPX_TRY(check_args(c, "broadcast", buf, n));
+    MPX_TRY(check_args_(c, "broadcast", buf, n, 1));
     int rc = MPI_Bcast(buf.p, (int)(n * mpx_dtype_size(buf.t)), MPI_BYTE, root, c->ring.comm);
     return rc == MPI_SUCCESS ? MPX_OK : mpi_fail(c, "broadcast", rc);
 }
@@ -194,7 +199,7 @@ static const mpx_plugin_desc mpi_desc = {
     MPX_DESC_HEADER,
     .kind = MPX_KIND_COMM,
     .name = "mpi",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .summary = "ranks as MPI processes (OpenMPI); NCCL-order ring all-reduce, a rounding per hop in 16 bits",
     .incompat = mpi_incompat,
     .n_incompat = MPX_COUNT(mpi_incompat),

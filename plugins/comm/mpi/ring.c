@@ -40,7 +40,12 @@ void mpx_ring_reduce_into(void *dst, const void *src, mpx_dtype t, size_t n, mpx
     }
 }
 
-static MPI_Datatype mpi_type(mpx_dtype t) { return t == MPX_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+/* the wire type: fp32 as floats, 16-bit as 16-bit words, 8-bit formats as bytes */
+static MPI_Datatype mpi_type(mpx_dtype t)
+{
+    size_t sz = mpx_dtype_size(t);
+    return t == MPX_F32 ? MPI_FLOAT : sz == 2 ? MPI_UINT16_T : MPI_UINT8_T;
+}
 
 static size_t chunk_len(size_t n, size_t chunk, int c)
 {
