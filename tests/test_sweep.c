@@ -340,3 +340,26 @@ Test(sweep, set_overrides_every_cell)
     cr_expect(strstr(out, "s.cfg:2: set: item 1 is not \"GROUP.KEY=VALUE\""), "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* A huge axis is refused at once, before its values are rendered or compared (before: the
+ * O(N^2) duplicate check ran first and a 10^6-value axis hung); at the cap, a value listed
+ * twice is still found (by sorting: 10^5 values checked at once). */
+Test(sweep, a_huge_axis_is_refused_at_once, .timeout = 30)
+{
+    char *dir = ts_tmpdir("sweep-huge"), path[4096], out[8192];
+    static const size_t counts[] = { 1000000, 100000 };
+    for (size_t k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/s%zu.cfg", dir, k);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "base = \"%s/configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; values = (", getenv("PWD"));
+        for (size_t i = 0; i < counts[k]; i++) fprintf(f, "%s%zu", i ? ", " : "", k && i == counts[k] - 1 ? (size_t)17 : i);
+        fputs("); } );\n", f);
+        fclose(f);
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
+        cr_expect_eq(rc, 2, "%s", out);
+        cr_expect(strstr(out, k ? "lists the value 17 twice" : "lists 1000000 values: a sweep has at most 100000 cells"),
+                  "%s", out);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}

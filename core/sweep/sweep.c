@@ -96,6 +96,36 @@ static int render_value(mpx_sweep_axis *a, size_t i, const config_setting_t *v, 
     return 0;
 }
 
+#define MAX_CELLS 100000
+
+static int by_text(const void *x, const void *y)
+{
+    const char *const *a = x, *const *b = y;
+    int c = strcmp(a[0], b[0]);
+    return c ? c : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* A value listed twice, found by sorting the values' canonical JSON (n log n: an axis of
+ * 10^5 values is checked at once, not in 10^10 comparisons). */
+static int duplicate_value(const mpx_sweep_axis *a, const char *file, int line, char *err, size_t errlen)
+{
+    /* pairs (canonical text, the literal it came from) */
+    const char **pairs = calloc(2 * a->n, sizeof *pairs);
+    int rc = pairs ? 0 : fail(err, errlen, "out of memory");
+    for (size_t i = 0; !rc && i < a->n; i++) {
+        pairs[2 * i] = json_dumps(a->value[i], JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
+        pairs[2 * i + 1] = a->literal[i];
+        if (!pairs[2 * i]) rc = fail(err, errlen, "out of memory");
+    }
+    if (!rc) qsort(pairs, a->n, 2 * sizeof *pairs, by_text);
+    for (size_t i = 1; !rc && i < a->n; i++)
+        if (!strcmp(pairs[2 * i], pairs[2 * i - 2]))
+            rc = fail(err, errlen, "%s:%d: axes: '%s' lists the value %s twice", file, line, a->key, pairs[2 * i + 1]);
+    for (size_t i = 0; pairs && i < a->n; i++) free((void *)pairs[2 * i]);
+    free(pairs);
+    return rc;
+}
+
 static int load_axis(mpx_sweep_axis *a, const config_setting_t *g, const char *file, char *err, size_t errlen)
 {
     int line = config_setting_source_line(g);
@@ -116,17 +146,16 @@ static int load_axis(mpx_sweep_axis *a, const config_setting_t *g, const char *f
     if (!vals || !(config_setting_is_list(vals) || config_setting_is_array(vals)) || config_setting_length(vals) == 0)
         return fail(err, errlen, "%s:%d: axes: '%s' needs values = (...) with at least one value", file, line, key);
     a->n = (size_t)config_setting_length(vals);
+    if (a->n > MAX_CELLS)   /* before anything is rendered or compared */
+        return fail(err, errlen, "%s:%d: axes: '%s' lists %zu values: a sweep has at most %d cells", file, line, key,
+                    a->n, MAX_CELLS);
     a->literal = calloc(a->n, sizeof *a->literal);
     a->label = calloc(a->n, sizeof *a->label);
     a->value = calloc(a->n, sizeof *a->value);
     if (!a->key || !a->literal || !a->label || !a->value) return fail(err, errlen, "out of memory");
     for (size_t i = 0; i < a->n; i++)
         if (render_value(a, i, config_setting_get_elem(vals, (unsigned)i), file, err, errlen)) return -1;
-    for (size_t i = 0; i < a->n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (json_equal(a->value[i], a->value[j]))
-                return fail(err, errlen, "%s:%d: axes: '%s' lists the value %s twice", file, line, key, a->literal[i]);
-    return 0;
+    return duplicate_value(a, file, line, err, errlen);
 }
 
 /* The file's base name without its extension. */
@@ -212,8 +241,8 @@ static int load_top(mpx_sweep *sw, config_t *cf, const char *path, char *err, si
         for (size_t j = 0; j < i; j++)
             if (!strcmp(sw->axes[i].key, sw->axes[j].key))
                 return fail(err, errlen, "%s: axes: '%s' is swept twice", path, sw->axes[i].key);
-        if (sw->axes[i].n && sw->n_cells > 100000 / sw->axes[i].n)
-            return fail(err, errlen, "%s: more than 100000 cells is too many", path);
+        if (sw->axes[i].n && sw->n_cells > MAX_CELLS / sw->axes[i].n)
+            return fail(err, errlen, "%s: more than %d cells is too many", path, MAX_CELLS);
         sw->n_cells *= sw->axes[i].n;
     }
     return 0;
