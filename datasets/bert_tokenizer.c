@@ -131,7 +131,12 @@ static int find_special(mpx_bert_tokenizer *t, const char *name, int32_t *id, co
 {
     *id = table_find(t, &t->plain, name, (int32_t)strlen(name));
     if (*id < 0) {
-        snprintf(err, errlen, "%s: vocabulary has no %s token", path, name);
+        /* transformers strips only "\n": with Windows line ends every token keeps a "\r" */
+        int32_t crlf = 0;
+        for (int32_t i = 0; i < t->n && !crlf; i++) crlf = t->len[i] > 0 && t->str[i][t->len[i] - 1] == '\r';
+        snprintf(err, errlen, "%s: vocabulary has no %s token%s", path, name,
+                 crlf ? " (its lines end in \\r\\n: the \\r stays part of every token, as transformers reads it; "
+                        "convert the file to \\n line ends, e.g. with dos2unix)" : "");
         return -1;
     }
     return 0;

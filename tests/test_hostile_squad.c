@@ -170,3 +170,47 @@ Test(hostile_squad, non_finite_scores_at_evaluation_are_an_error_naming_the_step
     json_decref(j);
     cr_expect_eq(ts_sh(out, sizeof out, "ls %s/run | grep -c tmp", d), 1, "no temp file left: %s", out);
 }
+
+/* A dev file the evaluation cannot score is refused before training (`mpx check` too):
+ * a question with an empty answers list (before: it failed only after training, its
+ * evaluation lost), and an id given to two questions (before: accepted, predictions
+ * collide). */
+Test(hostile_squad, a_dev_file_the_metric_cannot_score_is_refused_before_training, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], run[512], path[600];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    write_squad(train, 8, 0, 0, NULL);
+    for (int k = 0; k < 2; k++) {
+        write_squad(dev, 4, 0, 0, NULL);
+        json_t *root = ts_load_json(dev);
+        json_t *qas = json_object_get(json_array_get(json_object_get(json_array_get(json_object_get(root, "data"), 0),
+                                                                      "paragraphs"), 0), "qas");
+        if (k == 0) json_object_set_new(json_array_get(qas, 2), "answers", json_array());
+        else json_object_set_new(json_array_get(qas, 3), "id", json_string("q1"));
+        cr_assert_eq(json_dump_file(root, dev, 0), 0);
+        json_decref(root);
+        const char *want = k == 0 ? "dev question q2 has no answers" : "the dev id q1 is given to two questions";
+        cr_expect_eq(mpx_tiny("check", train, dev, NULL), 1, "%s", out);
+        cr_expect(strstr(out, want), "check: %s", out);
+        snprintf(run, sizeof run, "%s/run%d", d, k);
+        cr_expect_eq(mpx_tiny("run", train, dev, run), 1, "%s", out);
+        cr_expect(strstr(out, want), "run: %s", out);
+        snprintf(path, sizeof path, "%s/metrics.csv", run);
+        char *rows = ts_slurp(path, NULL);
+        cr_expect(!strchr(strchr(rows, '\n') + 1, '\n'), "steps ran before the refusal:\n%s", rows);
+        free(rows);
+    }
+}
+
+/* A vocab.txt with Windows line ends: transformers keeps the "\r" in every token, so the
+ * special tokens are missing; the error says why and how to fix it. */
+Test(hostile_squad, a_crlf_vocabulary_is_named_as_such, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), vocab[512];
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", d);
+    cr_assert_eq(ts_sh(NULL, 0, "sed 's/$/\\r/' tests/fixtures/bert/tiny/vocab.txt > %s", vocab), 0);
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s 'data.squad.vocab=\"%s\"' 2>&1", vocab);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "vocabulary has no [CLS] token (its lines end in \\r\\n") && strstr(out, "dos2unix"), "%s", out);
+}

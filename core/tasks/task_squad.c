@@ -212,6 +212,8 @@ static int squad_evaluate(mpx_task *t, mpx_session *s, json_t *metrics, const ch
         char when[160];
         if (bad) snprintf(when, sizeof when, "the training loss first went non-finite at step %lld",
                           (long long)json_integer_value(bad));
+        else if (!json_array_size(json_object_get(metrics, "losses")))   /* mpx eval, train.epochs = 0 */
+            snprintf(when, sizeof when, "no training step ran: the weights as loaded give them");
         else snprintf(when, sizeof when, "the training loss stayed finite");
         snprintf(err, errlen, "evaluation: %zu start/end logits are not finite (NaN or inf): the model diverged; %s",
                  nonfinite, when);
@@ -397,6 +399,38 @@ static int read_keys(mpx_session *s, squad_task *d, int64_t *seq, int64_t *strid
     return rc;
 }
 
+static int by_id(const void *a, const void *b)
+{
+    return strcmp((*(const mpx_squad_question *const *)a)->id, (*(const mpx_squad_question *const *)b)->id);
+}
+
+/* What the evaluation needs of the dev questions, refused before any training: every one
+ * with at least one answer (the official metric takes the max over them) and one id each
+ * (predictions are keyed by id). */
+static int check_dev(const mpx_squad_dataset *dev, const char *path, char *err, size_t errlen)
+{
+    size_t n = (size_t)dev->n_questions;
+    for (size_t i = 0; i < n; i++)
+        if (dev->questions[i].n_answers < 1) {
+            snprintf(err, errlen, "%s: dev question %s has no answers: the metric scores each prediction against "
+                     "its answers (evaluate-v1.1 fails on it too)", path, dev->questions[i].id);
+            return -1;
+        }
+    const mpx_squad_question **q = malloc((n ? n : 1) * sizeof *q);
+    if (!q) { snprintf(err, errlen, "%s: out of memory", path); return -1; }
+    for (size_t i = 0; i < n; i++) q[i] = &dev->questions[i];
+    qsort(q, n, sizeof *q, by_id);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (!strcmp(q[i]->id, q[i - 1]->id)) {
+            snprintf(err, errlen, "%s: the dev id %s is given to two questions: predictions are keyed by id", path,
+                     q[i]->id);
+            rc = -1;
+        }
+    free(q);
+    return rc;
+}
+
 int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, size_t errlen)
 {
     squad_task *d = calloc(1, sizeof *d);
@@ -435,6 +469,7 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
     fc.is_training = 0;
     if (load_slice(d->dev_path, n_dev, sample, s->seed, &d->dev_all, &d->has_dev_all, &d->dev, &d->has_dev,
                    err, errlen) ||
+        check_dev(&d->dev, d->dev_path, err, errlen) ||
         mpx_squad_features_build(&d->dev, d->tok, &fc, &d->dev_fs, err, errlen))
         return -1;
     report_dev_cut(t, d);
