@@ -140,7 +140,7 @@ static void check_memory(const tr_run *r, const policy_bytes *p, int stage, int 
         cr_expect(fabs(got - want) < 1e-9, "%s stage %d ranks %d rank %d: %.6f bytes/param, formula %.6f",
                   p->name, stage, ranks, k, got, want);
         /* each rank's own peak resident set (after the evaluation), not rank 0's alone */
-        json_int_t rss = json_integer_value(json_object_get(json_array_get(per, (size_t)k), "rss_peak_bytes"));
+        json_int_t rss = json_integer_value(json_array_get(json_object_get(m, "ranks_rss_peak_bytes"), (size_t)k));
         cr_expect_gt(rss, 1 << 20, "%s stage %d ranks %d rank %d: rss_peak_bytes %lld", p->name, stage, ranks, k,
                      (long long)rss);
     }

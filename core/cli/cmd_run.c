@@ -197,7 +197,9 @@ static int dump_final_weights(mpx_session *s, char *err, size_t errlen)
 }
 
 /* Every rank's peak resident set, taken after the evaluation (rank 0's includes it), into
- * memory.rss_peak_bytes (rank 0's) and memory.per_rank[r].rss_peak_bytes. Collective. */
+ * memory.rss_peak_bytes (rank 0's) and memory.ranks_rss_peak_bytes (one per rank: a
+ * measurement, kept apart from per_rank's counted bytes so that mpx diff tells them
+ * apart). Collective. */
 static int record_rss(mpx_session *s, json_t *memory, char *err, size_t errlen)
 {
     int world = s->world > 0 ? s->world : 1;
@@ -210,10 +212,10 @@ static int record_rss(mpx_session *s, json_t *memory, char *err, size_t errlen)
         snprintf(err, errlen, "gathering every rank's peak resident set failed");
         return -1;
     }
-    json_t *per = json_object_get(memory, "per_rank");
+    json_t *per = json_array();
     json_object_set_new(memory, "rss_peak_bytes", json_integer((json_int_t)rss[0]));
-    for (int r = 0; r < world; r++)
-        json_object_set_new(json_array_get(per, (size_t)r), "rss_peak_bytes", json_integer((json_int_t)rss[r]));
+    for (int r = 0; r < world; r++) json_array_append_new(per, json_integer((json_int_t)rss[r]));
+    json_object_set_new(memory, "ranks_rss_peak_bytes", per);
     free(rss);
     return 0;
 }
