@@ -357,56 +357,41 @@ Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
-/* A signal to `mpx run --ranks` (a sweep stopping its cells, ^C) reaches mpirun and its
- * ranks: the record says "killed" (a sweep runs the cell again) and no rank is left. */
-Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120)
+/* `mpx run --ranks 2` in the background, sent `sig` once it has taken a step; then up to
+ * 30 s for mpirun and the ranks to end (under the sanitizer suite each one's exit-time
+ * leak check takes seconds). Expects the launcher's exit status `code`, no process of the
+ * run left, and the record "killed". */
+static void signal_launch(const char *sig, int code, const char *what)
 {
-    char *dir = ts_tmpdir("ranks-stop"), out[16384], path[4096];
+    char *dir = ts_tmpdir("ranks-signal"), out[16384], path[4096], want[32];
     int rc = ts_sh(out, sizeof out,
                    "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
                    ">%s/log 2>&1 & pid=$!; "
                    "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
-                   "kill -TERM $pid; wait $pid; echo \"exit $?\"; "
-                   /* the ranks end after mpirun: give them 30 s (under the sanitizer suite
-                    * each one's exit-time leak check takes seconds), then look */
+                   "kill -%s $pid; wait $pid; echo \"exit $?\"; "
                    "for i in $(seq 300); do pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null "
                    "|| break; sleep 0.1; done; "
                    "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
-                   dir, dir, dir, dir, dir);
+                   dir, dir, dir, sig, dir, dir);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "exit 143"), "mpx run did not end on the signal: %s", out);
-    cr_expect(strstr(out, "none"), "a rank outlived the launch: %s", out);
+    snprintf(want, sizeof want, "exit %d", code);
+    cr_expect(strstr(out, want), "%s: the launcher did not end on SIG%s: %s", what, sig, out);
+    cr_expect(strstr(out, "none"), "%s: mpirun or a rank outlived the launcher: %s", what, out);
     snprintf(path, sizeof path, "%s/run/run.json", dir);
     json_t *rec = ts_load_json(path);
-    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed", "%s", what);
     json_decref(rec);
-    ts_sh(NULL, 0, "rm -rf %s", dir);
+    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
 }
+
+/* A signal to `mpx run --ranks` (a sweep stopping its cells, ^C) reaches mpirun and its
+ * ranks: the record says "killed" (a sweep runs the cell again) and no rank is left. */
+Test(ranks, a_stopped_launch_stops_its_ranks, .timeout = 120) { signal_launch("TERM", 143, "SIGTERM"); }
 
 /* SIGKILL to `mpx run --ranks` (no handler runs): mpirun gets SIGTERM from the kernel as
  * its parent dies (PR_SET_PDEATHSIG) and stops its ranks, so none trains on as an orphan;
  * rank 0 marks the record "killed". */
-Test(ranks, a_killed_launcher_takes_its_ranks_with_it, .timeout = 120)
-{
-    char *dir = ts_tmpdir("ranks-kill9"), out[16384], path[4096];
-    int rc = ts_sh(out, sizeof out,
-                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
-                   ">%s/log 2>&1 & pid=$!; "
-                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
-                   "kill -KILL $pid; wait $pid; echo \"exit $?\"; "
-                   "for i in $(seq 300); do pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null "
-                   "|| break; sleep 0.1; done; "
-                   "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
-                   dir, dir, dir, dir, dir);
-    cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "exit 137"), "the launcher did not die on SIGKILL: %s", out);
-    cr_expect(strstr(out, "none"), "mpirun or a rank outlived the killed launcher: %s", out);
-    snprintf(path, sizeof path, "%s/run/run.json", dir);
-    json_t *rec = ts_load_json(path);
-    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
-    json_decref(rec);
-    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
-}
+Test(ranks, a_killed_launcher_takes_its_ranks_with_it, .timeout = 120) { signal_launch("KILL", 137, "SIGKILL"); }
 
 /* fp8-delayed reduces its gradients in fp8-e5m2 by default, which no communicator here
  * sums: at 2 ranks `mpx check` refuses it, naming the key to set (before: it passed

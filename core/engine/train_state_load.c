@@ -206,20 +206,33 @@ static int restore_rows(const char *from, const char *dir, const char *name, FIL
     return 0;
 }
 
+/* <from>/state.json (its path into path), read and of this format and version; NULL with
+ * err otherwise. */
+static json_t *open_state(const char *from, char *path, size_t len, char *err, size_t errlen)
+{
+    snprintf(path, len, "%s/state.json", from);
+    json_error_t je;
+    json_t *st = json_load_file(path, 0, &je);
+    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return NULL; }
+    const char *format = json_string_value(json_object_get(st, "format"));
+    int64_t version = 0;
+    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
+        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
+        json_decref(st);
+        return NULL;
+    }
+    return st;
+}
+
 int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, size_t errlen)
 {
     char path[PATH_MAX + 64], key[256];
-    snprintf(path, sizeof path, "%s/state.json", from);
-    json_error_t je;
-    json_t *st = json_load_file(path, 0, &je);
-    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return -1; }
+    json_t *st = open_state(from, path, sizeof path, err, errlen);
+    if (!st) return -1;
     int rc = -1;
-    const char *format = json_string_value(json_object_get(st, "format"));
-    int64_t version = 0, v = 0, step = 0, total = 0, seed = 0;
+    int64_t v = 0, step = 0, total = 0, seed = 0;
     json_t *layout = json_object_get(st, "buffers");
-    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
-        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
-    } else if (mpx_train_state_same_config(s->set.config_json, json_object_get(st, "config"), key, sizeof key)) {
+    if (mpx_train_state_same_config(s->set.config_json, json_object_get(st, "config"), key, sizeof key)) {
         snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
     } else if (get_int(st, "step", &step) || get_int(st, "total_steps", &total) || get_int(st, "tick", &v) ||
                get_int(st, "seed", &seed) || get_int(st, "updates", &v) || get_int(st, "skipped", &v) ||
@@ -264,19 +277,12 @@ int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_reco
                          json_t *metrics, char *err, size_t errlen)
 {
     char path[PATH_MAX + 64], key[256];
-    snprintf(path, sizeof path, "%s/state.json", from);
-    json_error_t je;
-    json_t *st = json_load_file(path, 0, &je);
-    if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return -1; }
+    json_t *st = open_state(from, path, sizeof path, err, errlen);
+    if (!st) return -1;
     int rc = -1;
-    const char *format = json_string_value(json_object_get(st, "format"));
-    int64_t version = 0, total = 0, tick = 0, seed = 0;
+    int64_t total = 0, tick = 0, seed = 0;
     json_t *pos = json_object_get(st, "data_position"), *m = json_object_get(st, "metrics");
     json_t *cfg = json_incref(s->set.config_json);
-    if (!format || strcmp(format, STATE_FORMAT) || get_int(st, "version", &version) || version != STATE_VERSION) {
-        snprintf(err, errlen, "%s: not an mpx training state of version %d", path, STATE_VERSION);
-        goto out;
-    }
     if (mpx_train_state_same_config(cfg, json_object_get(st, "config"), key, sizeof key)) {
         snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
         goto out;
