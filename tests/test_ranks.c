@@ -419,3 +419,28 @@ Test(ranks, fp8_delayed_at_2_ranks_reduces_in_bf16, .timeout = 300)
     tr_free(&s1);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* kill -9 of mpirun: its ranks outlive it for a moment and used to overwrite the
+ * launcher's "failed" (a record left "running"). The launcher, their subreaper, now waits
+ * for every rank to end before it writes: the record is "failed", names mpirun's status,
+ * and stays so; no rank is left. */
+Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-mpirun9"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out,
+                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
+                   ">%s/log 2>&1 & pid=$!; "
+                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
+                   "pkill -KILL -f -- '^mpirun .*--out %s/run'; wait $pid; echo \"exit $?\"; sleep 2; "
+                   "pgrep -f -- '^(mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
+                   dir, dir, dir, dir, dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "exit 1"), "the launcher's exit: %s", out);
+    cr_expect(strstr(out, "none"), "a rank outlived the launcher: %s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
+    cr_expect_eq(json_integer_value(json_object_get(rec, "mpirun_status")), 137);
+    json_decref(rec);
+    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+}

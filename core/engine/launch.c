@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +132,49 @@ static void mark_killed(const char *dir, int sig)
     json_decref(rec);
 }
 
+/* Sends sig to each child of this (single-threaded) process: after mpirun has ended, the
+ * ranks it left, which OpenMPI puts each in a process group of its own. */
+static void signal_children(int sig)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p) break;
+        if (pid > 0) kill((pid_t)pid, sig);
+    }
+}
+
+/* After mpirun has ended: its ranks may outlive it for a moment (mpirun killed), and, the
+ * launcher being their subreaper, they are its children then. Wait for every one to end
+ * (after 10 s, SIGTERM; after 20 s, SIGKILL), so that no rank writes the record after the
+ * launcher's final word on it. */
+static void wait_for_ranks(const char *what)
+{
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int stage = 0;
+    for (;;) {
+        pid_t p = waitpid(-1, NULL, WNOHANG);
+        if (p < 0 && errno != EINTR) return;   /* ECHILD: none left */
+        if (p > 0) continue;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+        if (stage < 2 && waited > (stage ? 20.0 : 10.0)) {
+            fprintf(stderr, "mpx %s: a rank outlived mpirun by %.0f s: sending it SIG%s\n", what, waited,
+                    stage ? "KILL" : "TERM");
+            signal_children(stage ? SIGKILL : SIGTERM);
+            stage++;
+        }
+        struct timespec nap = { 0, 50 * 1000 * 1000 };
+        nanosleep(&nap, NULL);
+    }
+}
+
 int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const char *dir)
 {
     char np[16];
@@ -157,6 +201,8 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     if (!mkdtemp(session)) { fprintf(stderr, "mpx %s: cannot create a folder for mpirun: %s\n", what, strerror(errno)); free(av); return 1; }
     fflush(NULL);
     pid_t parent = getpid();
+    /* ranks orphaned by mpirun's end become this process's children (wait_for_ranks) */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     pid_t pid = fork();
     if (pid < 0) { fprintf(stderr, "mpx %s: fork: %s\n", what, strerror(errno)); free(av); return 1; }
     if (pid == 0) {
@@ -183,6 +229,7 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    wait_for_ranks(what);
     if (mpx_remove_tree(session) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s: %s\n", what, session, strerror(errno));
     if (code == 0) return 0;
     if (got_signal) {
