@@ -1,6 +1,7 @@
 $(eval $(call add_test,test_loader,tests/test_loader.c,))
 $(eval $(call add_test,test_records,tests/test_records.c $(TEST_SHELL),))
 $(eval $(call add_test,test_resume,tests/test_resume.c $(TEST_SHELL),))
+$(eval $(call add_test,test_resume_refusals,tests/test_resume_refusals.c $(TEST_SHELL),))
 $(eval $(call add_test,test_hostile_config,tests/test_hostile_config.c $(TEST_SHELL),))
 $(eval $(call add_test,test_hostile_checkpoint,tests/test_hostile_checkpoint.c $(TEST_SHELL),))
 $(eval $(call add_test,test_hostile_squad,tests/test_hostile_squad.c $(TEST_SHELL),))

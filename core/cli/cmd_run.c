@@ -328,7 +328,7 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     /* a checkpoint that cannot be this run's is refused before the ranks start and the
      * record is opened: run.json, metrics.csv and the checkpoint stay as they were */
-    if (from && (mpx_session_precision(&s, err, sizeof err) || mpx_train_state_precheck(from, &s, err, sizeof err))) {
+    if (from && (mpx_session_precision(&s, err, sizeof err) || mpx_train_state_precheck(from, dir, &s, err, sizeof err))) {
         fprintf(stderr, "mpx %s: --resume: %s (nothing in %s was changed)\n", what, err, dir);
         mpx_session_close(&s);
         return 1;

@@ -1,6 +1,8 @@
 #include "train_state.h"
 #include "train_state_io.h"
 #include "../record/fsutil.h"
+#include "session_provenance.h"
+#include "../../datasets/sha256.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -185,7 +187,7 @@ void mpx_train_state_remove(const char *dir)
 /* ---- save ------------------------------------------------------------------------- */
 
 static int write_buffers(mpx_session *s, const char *path, const state_buf *b, size_t n, json_t *layout,
-                         char *err, size_t errlen)
+                         char hex[65], char *err, size_t errlen)
 {
     /* each rank scales its own part of a tensor's optimizer state (ABI 1.8): one file
      * cannot hold them yet */
@@ -201,6 +203,8 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
     uint64_t offset = 0;
     int rc = host ? 0 : -1;
     if (!host) snprintf(err, errlen, "out of memory staging %s", path);
+    mpx_sha256_ctx h;   /* the file's checksum, of the bytes as written */
+    mpx_sha256_init(&h);
     for (size_t i = 0; !rc && i < n; i++) {
         size_t bytes = b[i].numel * mpx_dtype_size(b[i].a.t);
         mpx_arg whole;
@@ -217,6 +221,8 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
             } else if (write_all(fd, host, k)) {
                 snprintf(err, errlen, "cannot write %s (%s): %s", path, b[i].name, strerror(errno));
                 rc = -1;
+            } else {
+                mpx_sha256_update(&h, host, k);
             }
         }
         release_tmp(s, tmp);
@@ -228,6 +234,9 @@ static int write_buffers(mpx_session *s, const char *path, const state_buf *b, s
     if (!rc && fsync(fd) != 0) { snprintf(err, errlen, "cannot sync %s: %s", path, strerror(errno)); rc = -1; }
     if (close(fd) != 0 && !rc) { snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno)); rc = -1; }
     free(host);
+    uint8_t d[32];
+    mpx_sha256_final(&h, d);
+    mpx_sha256_hex(d, 32, hex);
     return rc;
 }
 
@@ -256,8 +265,48 @@ static json_t *diag_json(const mpx_diagnostics *d)
     return json_pack("{s:o, s:o, s:f}", "groups", a, "gemm_in", q, "seconds", d->seconds);
 }
 
-static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls, const mpx_diagnostics *diag,
-                          const mpx_train_progress *p, json_t *metrics, json_t *layout)
+/* ---- what a checkpoint proves about itself ------------------------------------------ */
+
+int mpx_ts_json_sha256(json_t *st, char hex[65])
+{
+    json_t *c = json_copy(st);   /* shallow: the members are shared, not dumped twice */
+    if (!c) return -1;
+    json_object_del(c, STATE_SELF_SUM);
+    char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    json_decref(c);
+    if (!text) return -1;
+    uint8_t d[32];
+    mpx_sha256(text, strlen(text), d);
+    mpx_sha256_hex(d, 32, hex);
+    free(text);
+    return 0;
+}
+
+json_t *mpx_ts_policy(const mpx_session *s) { return mpx_provenance_precision(&s->prec, &s->fmts); }
+
+json_t *mpx_ts_plugins(const mpx_session *s)
+{
+    json_t *all = mpx_provenance_plugins(s), *v;
+    const char *k;
+    json_object_foreach(all, k, v) json_object_del(v, "path");
+    return all;
+}
+
+static json_t *config_sha256(json_t *config)
+{
+    char *text = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    if (!text) return json_null();
+    uint8_t d[32];
+    char hex[65];
+    mpx_sha256(text, strlen(text), d);
+    mpx_sha256_hex(d, 32, hex);
+    free(text);
+    return json_string(hex);
+}
+
+static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_record *rec, const mpx_loss_scaler *ls,
+                          const mpx_diagnostics *diag, const mpx_train_progress *p, json_t *metrics, json_t *layout,
+                          json_t *files)
 {
     uint64_t pos[2] = { 0, 0 };
     if (t->position) t->position(t, pos);
@@ -268,7 +317,8 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
         json_t *v = json_object_get(metrics, mpx_train_state_kept_metrics[i]);
         if (v) json_object_set_new(m, mpx_train_state_kept_metrics[i], json_deep_copy(v));
     }
-    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o, s:o}",
+    json_t *data = json_object_get(rec->root, "data_files");
+    json_t *st = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f, s:[I, I], s:o, s:o, s:o, s:o, s:o, s:o}",
                      "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)p->step,
                      "total_steps", (json_int_t)p->total, "tick", (json_int_t)s->tick, "seed", (json_int_t)s->seed,
                      "updates", (json_int_t)p->updates, "skipped", (json_int_t)p->skipped,
@@ -277,6 +327,17 @@ static json_t *state_json(mpx_session *s, mpx_task *t, const mpx_loss_scaler *ls
                      "data_position", (json_int_t)pos[0], (json_int_t)pos[1], "loss_scaler", scaler_json(ls),
                      "diagnostics", diag_json(diag), "metrics", m, "buffers", layout,
                      "config", json_deep_copy(s->set.config_json), "scaling", mpx_scaling_checkpoint(&s->scaling));
+    if (!st) { json_decref(files); return NULL; }
+    /* what the resume verifies before it touches the record (mpx_train_state_precheck) */
+    json_object_set_new(st, "files", files);
+    json_object_set_new(st, "config_sha256", config_sha256(s->set.config_json));
+    json_object_set_new(st, "data_files", json_is_object(data) ? json_deep_copy(data) : json_object());
+    json_object_set_new(st, "policy", mpx_ts_policy(s));
+    json_object_set_new(st, "plugins", mpx_ts_plugins(s));
+    char hex[65];
+    if (mpx_ts_json_sha256(st, hex)) { json_decref(st); return NULL; }
+    json_object_set_new(st, STATE_SELF_SUM, json_string(hex));
+    return st;
 }
 
 static int write_config(const mpx_session *s, const char *path, char *err, size_t errlen)
@@ -306,20 +367,31 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
     }
     state_buf b[MAX_STATE_BUFS];
     size_t n = mpx_ts_buffers(s, b);
-    json_t *layout = json_array();
+    json_t *layout = json_array(), *files = json_object();
+    char hex[65];
     snprintf(path, sizeof path, "%s/state.bin", tmp);
-    if (write_buffers(s, path, b, n, layout, err, errlen)) { json_decref(layout); return -1; }
+    if (write_buffers(s, path, b, n, layout, hex, err, errlen)) { json_decref(layout); json_decref(files); return -1; }
+    json_object_set_new(files, "state.bin", json_string(hex));
     if (rec->csv) fflush(rec->csv);
     if (diag->csv) fflush(diag->csv);
     static const char *const rows[] = { "metrics.csv", "diagnostics.csv" };
     for (size_t i = 0; i < 2; i++) {
         snprintf(src, sizeof src, "%s/%s", rec->dir, rows[i]);
         snprintf(path, sizeof path, "%s/%s", tmp, rows[i]);
-        if (mpx_ts_copy_file(src, path, i == 1, err, errlen)) { json_decref(layout); return -1; }
+        if (mpx_ts_copy_file(src, path, i == 1, err, errlen)) { json_decref(layout); json_decref(files); return -1; }
+        if (access(path, F_OK) == 0) {
+            if (mpx_sha256_file(path, hex, err, errlen)) { json_decref(layout); json_decref(files); return -1; }
+            json_object_set_new(files, rows[i], json_string(hex));
+        }
     }
     snprintf(path, sizeof path, "%s/config.cfg", tmp);
-    if (write_config(s, path, err, errlen)) { json_decref(layout); return -1; }
-    json_t *st = state_json(s, t, ls, diag, p, metrics, layout);
+    if (write_config(s, path, err, errlen) || mpx_sha256_file(path, hex, err, errlen)) {
+        json_decref(layout);
+        json_decref(files);
+        return -1;
+    }
+    json_object_set_new(files, "config.cfg", json_string(hex));
+    json_t *st = state_json(s, t, rec, ls, diag, p, metrics, layout, files);
     snprintf(path, sizeof path, "%s/state.json", tmp);
     int rc = !st || json_dump_file(st, path, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0;
     json_decref(st);

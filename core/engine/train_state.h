@@ -10,7 +10,10 @@
  *                    optimizer's update count, the loss-scaler state, the data order
  *                    position (epoch, cursor), the schedule position, the metrics so far
  *                    (losses, scale trace, overflow steps, evaluations, diagnostics sums)
- *                    and the layout of state.bin
+ *                    and the layout of state.bin; and what the resume verifies: the
+ *                    sha256 of every other file here, of the configuration, of the data
+ *                    files the run read, the policy and the plugins' versions, and its
+ *                    own sha256 (state_sha256, over the rest of it)
  *   config.cfg       the effective configuration (what `--resume DIR` alone runs)
  *   metrics.csv, diagnostics.csv   the record's rows up to the checkpoint
  * The folder is written as train_state.tmp, every file synced, then swapped in with two
@@ -50,14 +53,18 @@ int mpx_train_state_save(mpx_session *s, mpx_task *t, mpx_record *rec, const mpx
                          const mpx_diagnostics *diag, const mpx_train_progress *p, json_t *metrics,
                          char *err, size_t errlen);
 
-/* What can be checked of checkpoint folder `from` before anything of the run folder is
- * touched (mpx run --resume calls it before the record is opened, so that a refusal
- * leaves every file as it was): state.json readable, of this format and version, of
- * this configuration (naming the first key that differs), of this seed, with every
- * field the load reads, and state.bin exactly as long as its own buffer table says.
- * The session must be started (its formats known). The load checks the rest (the
- * buffers against this run's, the step count against this run's data). */
-int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, size_t errlen);
+/* What can be checked of checkpoint folder `from` before anything of run folder
+ * `run_dir` is touched (mpx run --resume calls it before the record is opened, so that a
+ * refusal leaves every file as it was): state.json readable, of this format and
+ * version, matching its own checksum; of this configuration (naming the first key that
+ * differs, neutral keys aside) and of the run whose record is in run_dir (run.json's
+ * configuration); of this seed, precision policy and plugins (names and versions); with
+ * every field the load reads; state.bin exactly as long as its own buffer table says;
+ * state.bin, metrics.csv, diagnostics.csv and config.cfg matching their sha256, and the
+ * data files the run read matching theirs. The session's policy must be resolved
+ * (mpx_session_precision). The load checks the rest (the buffers against this run's,
+ * the step count against this run's data). */
+int mpx_train_state_precheck(const char *from, const char *run_dir, const mpx_session *s, char *err, size_t errlen);
 
 /* Restore the checkpoint folder `from` into a session, task, record and loop set up as
  * for a fresh run of the same configuration; refuses (naming the key, buffer or file) a

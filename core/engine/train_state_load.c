@@ -4,6 +4,7 @@
 #include "train_state.h"
 #include "train_state_io.h"
 #include "../record/fsutil.h"
+#include "../../datasets/sha256.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -211,6 +212,12 @@ static int restore_rows(const char *from, const char *dir, const char *name, FIL
 static json_t *open_state(const char *from, char *path, size_t len, char *err, size_t errlen)
 {
     snprintf(path, len, "%s/state.json", from);
+    struct stat sb;
+    int gone = lstat(path, &sb) != 0;
+    if (gone || !S_ISREG(sb.st_mode)) {   /* never a link's target */
+        snprintf(err, errlen, "%s: %s", path, gone ? strerror(errno) : "not a regular file (a link?)");
+        return NULL;
+    }
     json_error_t je;
     json_t *st = json_load_file(path, 0, &je);
     if (!st) { snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text); return NULL; }
@@ -224,26 +231,159 @@ static json_t *open_state(const char *from, char *path, size_t len, char *err, s
     return st;
 }
 
-int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, size_t errlen)
+/* The first member at which JSON values a and b differ, as a dotted path after `prefix`
+ * (compared whole: no neutral keys); 0 when equal. */
+static int first_difference(json_t *a, json_t *b, const char *prefix, char *key, size_t len)
 {
-    char path[PATH_MAX + 64], key[256];
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        char sub[256];
+        json_object_foreach(a, k, v) {
+            snprintf(sub, sizeof sub, "%s.%s", prefix, k);
+            if (first_difference(v, json_object_get(b, k), sub, key, len)) return -1;
+        }
+        json_object_foreach(b, k, v) {
+            if (json_object_get(a, k)) continue;
+            snprintf(key, len, "%s.%s", prefix, k);
+            return -1;
+        }
+        return 0;
+    }
+    if (a && b && json_equal(a, b)) return 0;
+    snprintf(key, len, "%s", prefix);
+    return -1;
+}
+
+/* Each file the checkpoint lists, hashed now against its sha256 then. The checkpoint's
+ * own files (names without a '/', inside `from`) must all be there: state.bin,
+ * metrics.csv and config.cfg at least. */
+static int verify_files(const char *path, const char *from, json_t *files, int own, char *err, size_t errlen)
+{
+    static const char *const needed[] = { "state.bin", "metrics.csv", "config.cfg" };
+    if (!json_is_object(files)) {
+        snprintf(err, errlen, "%s: incomplete (%s)", path, own ? "files" : "data_files");
+        return -1;
+    }
+    for (size_t i = 0; own && i < sizeof needed / sizeof *needed; i++)
+        if (!json_is_string(json_object_get(files, needed[i]))) {
+            snprintf(err, errlen, "%s: files: no checksum of %s", path, needed[i]);
+            return -1;
+        }
+    const char *name;
+    json_t *v;
+    json_object_foreach(files, name, v) {
+        char file[PATH_MAX + 300], hex[65], why[512];
+        const char *want = json_string_value(v);
+        if (own && (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))) {
+            snprintf(err, errlen, "%s: files: \"%.200s\" is not a file of the checkpoint", path, name);
+            return -1;
+        }
+        if (own) snprintf(file, sizeof file, "%s/%s", from, name);
+        else snprintf(file, sizeof file, "%s", name);
+        struct stat sb;
+        if (!want || strlen(want) != 64) {
+            snprintf(err, errlen, "%s: %s: \"%.200s\" has no sha256", path, own ? "files" : "data_files", name);
+            return -1;
+        }
+        /* a checkpoint's file is never a link; a data file may be, but must be a file */
+        int gone = (own ? lstat(file, &sb) : stat(file, &sb)) != 0;
+        if (gone || !S_ISREG(sb.st_mode)) {
+            snprintf(err, errlen, "%s: %s is %s", path, file,
+                     gone ? strerror(errno) : "not a regular file (a link, folder or device?)");
+            return -1;
+        }
+        if (mpx_sha256_file(file, hex, why, sizeof why)) {
+            snprintf(err, errlen, "%s: %s", path, why);
+            return -1;
+        }
+        if (strcmp(hex, want) != 0) {
+            snprintf(err, errlen, own ? "%s: %s does not match its checksum (sha256 %.12s..., the checkpoint says %.12s...): "
+                                        "corrupt or changed since it was written"
+                                      : "%s: the data file %s changed since the checkpoint (sha256 %.12s..., then %.12s...)",
+                     path, file, hex, want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The run folder's record, when there is one, must be of the checkpoint's run: a
+ * train_state dropped into another run's folder (say an fp16 run's into an fp32 folder)
+ * would otherwise continue under that folder's name with its own configuration. */
+static int same_run(const char *run_dir, json_t *config, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 32], key[256];
+    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return 0;   /* no record yet */
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    json_error_t je;
+    json_t *rec = S_ISREG(sb.st_mode) ? json_load_file(path, 0, &je) : NULL;
+    if (!rec) {
+        snprintf(err, errlen, "%s: %s: cannot tell whose run this is", path,
+                 S_ISREG(sb.st_mode) ? je.text : "not a regular file");
+        return -1;
+    }
+    json_t *eff = json_object_get(json_object_get(rec, "config"), "effective");
+    int rc = 0;
+    if (!json_is_object(eff)) {
+        snprintf(err, errlen, "%s: no config.effective: cannot tell whose run this is", path);
+        rc = -1;
+    } else if (mpx_train_state_same_config(eff, config, key, sizeof key)) {
+        snprintf(err, errlen, "the checkpoint is not of the run in %s: its configuration differs from %s at %s", run_dir,
+                 path, key);
+        rc = -1;
+    }
+    json_decref(rec);
+    return rc;
+}
+
+int mpx_train_state_precheck(const char *from, const char *run_dir, const mpx_session *s, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 64], key[256], hex[65];
     json_t *st = open_state(from, path, sizeof path, err, errlen);
     if (!st) return -1;
     int rc = -1;
     int64_t v = 0, step = 0, total = 0, seed = 0;
-    json_t *layout = json_object_get(st, "buffers");
-    if (mpx_train_state_same_config(s->set.config_json, json_object_get(st, "config"), key, sizeof key)) {
+    json_t *layout = json_object_get(st, "buffers"), *cfg = json_object_get(st, "config");
+    const char *self = json_string_value(json_object_get(st, STATE_SELF_SUM));
+    const char *cfg_sum = json_string_value(json_object_get(st, "config_sha256"));
+    json_t *policy = mpx_ts_policy(s), *plugins = mpx_ts_plugins(s);
+    if (!self || mpx_ts_json_sha256(st, hex) || strcmp(hex, self) != 0) {
+        snprintf(err, errlen, "%s: does not match its own checksum (%s): edited or corrupt", path, STATE_SELF_SUM);
+    } else if (!json_is_object(cfg) || !cfg_sum) {
+        snprintf(err, errlen, "%s: incomplete (config, config_sha256)", path);
+    } else if (mpx_train_state_same_config(s->set.config_json, cfg, key, sizeof key)) {
         snprintf(err, errlen, "%s: the checkpoint belongs to another configuration (it differs at %s)", path, key);
+    } else if (same_run(run_dir, cfg, err, errlen)) {
+        /* err says which */
     } else if (get_int(st, "step", &step) || get_int(st, "total_steps", &total) || get_int(st, "tick", &v) ||
                get_int(st, "seed", &seed) || get_int(st, "updates", &v) || get_int(st, "skipped", &v) ||
                get_int(st, "tokens_total", &v) || json_array_size(json_object_get(st, "data_position")) != 2 ||
                !json_is_object(json_object_get(st, "metrics")) || !json_is_array(layout)) {
         snprintf(err, errlen, "%s: incomplete (step, total_steps, tick, seed, updates, skipped, tokens_total, "
                  "data_position, metrics, buffers)", path);
-    } else if (step < 0 || step > total || (uint64_t)seed != s->seed) {
+    } else if (step < 1 || step >= total || (uint64_t)seed != s->seed) {
+        /* (the loop writes one after a step and before the last: 1 <= step < total) */
         snprintf(err, errlen, "%s: step %lld of %lld (seed %lld): not a checkpoint of this run (seed %llu)", path,
                  (long long)step, (long long)total, (long long)seed, (unsigned long long)s->seed);
+    } else if (first_difference(json_object_get(st, "policy"), policy, "policy", key, sizeof key)) {
+        snprintf(err, errlen, "%s: the checkpoint was written under another precision policy (it differs at %s)", path, key);
+    } else if (first_difference(json_object_get(st, "plugins"), plugins, "plugins", key, sizeof key)) {
+        snprintf(err, errlen, "%s: the checkpoint was written by other plugins (they differ at %s)", path, key);
     } else {
+        /* the stored configuration is the one its checksum was taken of */
+        char *text = json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+        uint8_t d[32];
+        if (text) {
+            mpx_sha256(text, strlen(text), d);
+            mpx_sha256_hex(d, 32, hex);
+        }
+        free(text);
         /* state.bin: the buffers of its own table, back to back */
         uint64_t expect = 0;
         size_t i;
@@ -252,22 +392,31 @@ int mpx_train_state_precheck(const char *from, const mpx_session *s, char *err, 
             const char *dtype = json_string_value(json_object_get(e, "dtype"));
             int64_t numel = -1;
             mpx_dtype t;
-            if (!dtype || mpx_dtype_parse(&s->fmts, dtype, &t) || get_int(e, "numel", &numel) || numel < 0) break;
+            if (!dtype || mpx_dtype_parse(&s->fmts, dtype, &t) || get_int(e, "numel", &numel) || numel < 0 ||
+                (uint64_t)numel > ((uint64_t)1 << 48))
+                break;
             expect += (uint64_t)numel * mpx_dtype_size(t);
         }
         char bin[PATH_MAX + 64];
         snprintf(bin, sizeof bin, "%s/state.bin", from);
         struct stat sb;
-        if (i < json_array_size(layout))
+        if (!text || strcmp(hex, cfg_sum) != 0)
+            snprintf(err, errlen, "%s: config does not match config_sha256", path);
+        else if (i < json_array_size(layout))
             snprintf(err, errlen, "%s: buffer %zu: no dtype this run knows, or no element count", path, i);
-        else if (stat(bin, &sb) != 0)
+        else if (lstat(bin, &sb) != 0)
             snprintf(err, errlen, "cannot read %s: %s", bin, strerror(errno));
+        else if (!S_ISREG(sb.st_mode))
+            snprintf(err, errlen, "%s: not a regular file (a link?)", bin);
         else if ((uint64_t)sb.st_size != expect)
             snprintf(err, errlen, "%s: %lld bytes, its state.json says %llu (truncated?)", bin, (long long)sb.st_size,
                      (unsigned long long)expect);
-        else
+        else if (!verify_files(path, from, json_object_get(st, "files"), 1, err, errlen) &&
+                 !verify_files(path, from, json_object_get(st, "data_files"), 0, err, errlen))
             rc = 0;
     }
+    json_decref(policy);
+    json_decref(plugins);
     json_decref(st);
     return rc;
 }
@@ -294,7 +443,7 @@ int mpx_train_state_load(const char *from, mpx_session *s, mpx_task *t, mpx_reco
                  "data_position, metrics)", path);
         goto out;
     }
-    if (total != p->total || p->step < 0 || p->step > total || (uint64_t)seed != s->seed) {
+    if (total != p->total || p->step < 1 || p->step >= total || (uint64_t)seed != s->seed) {
         snprintf(err, errlen, "%s: step %lld of %lld (seed %lld), but this run takes %lld steps (seed %llu)", path,
                  (long long)p->step, (long long)total, (long long)seed, (long long)p->total, (unsigned long long)s->seed);
         goto out;
