@@ -5,7 +5,9 @@
  * submission leaves out the queued, running and finished cells; and, where Slurm is installed, a one-node cluster on loopback (munged,
  * slurmctld, slurmd started by tests/slurm/cluster.sh in a temp folder) runs the sweep to
  * the serial matrix, and after one array task is cancelled with scancel a second
- * submission holds that cell only. Every daemon the test starts is stopped, in .fini and
+ * submission holds that cell only; a cell of two ranks starts them there (srun
+ * --mpi=pmix under the MpiDefault=none of a stock slurm.conf, or mpx's own mpirun with
+ * slurm.mpi = "mpirun") and records both. Every daemon the test starts is stopped, in .fini and
  * by a watcher should the test process die. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -143,7 +145,10 @@ Test(sweep_slurm, the_job_script_holds_one_task_per_unfinished_cell_and_the_reso
     cr_expect(strstr(out, "toy.cfg:6: unknown key 'memroy' in slurm"), "%s", out);
 }
 
-/* A cell of run.ranks N > 1 runs through `srun -n N`, and the allocation holds N tasks. */
+/* A cell of run.ranks N > 1 runs through `srun --mpi=pmix -n N` (a stock Slurm's MpiDefault
+ * is none, under which OpenMPI's MPI_Init cannot start), and the allocation holds N tasks;
+ * slurm.mpi names another srun MPI plugin, or "mpirun": mpx run starts the ranks itself,
+ * on one node. */
 Test(sweep_slurm, a_multi_rank_cell_runs_through_srun)
 {
     char *dir = ts_tmpdir("slurm-ranks"), out[16384];
@@ -153,10 +158,31 @@ Test(sweep_slurm, a_multi_rank_cell_runs_through_srun)
                      "comm): the srun line is not checked");
     cr_assert_eq(ts_sh(out, sizeof out, SWEEP " -s run.ranks=2 --executor slurm --dry-run", file, dir, "out"), 0,
                  "%s", out);
-    cr_expect(strstr(out, "\n#SBATCH --ntasks=2\n"), "%s", out);
+    cr_expect(strstr(out, "\n#SBATCH --ntasks=2\n") && !strstr(out, "--nodes"), "%s", out);
     size_t srun = 0;
-    for (const char *p = out; (p = strstr(p, "exec srun -n 2 --cpus-per-task=\"$threads\" ")); p++) srun++;
+    for (const char *p = out; (p = strstr(p, "exec srun --mpi=pmix -n 2 --cpus-per-task=\"$threads\" ")); p++) srun++;
     cr_expect_eq(srun, 4, "%s", out);
+    /* one rank: no srun */
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " --executor slurm --dry-run", file, dir, "out"), 0, "%s", out);
+    cr_expect(!strstr(out, "srun") && !strstr(out, "--nodes"), "%s", out);
+
+    file = sweep_file(dir, LR_SEED, "slurm = { mpi = \"pmix_v4\"; };");
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " -s run.ranks=2 --executor slurm --dry-run", file, dir, "out"), 0,
+                 "%s", out);
+    cr_expect(strstr(out, "exec srun --mpi=pmix_v4 -n 2 "), "%s", out);
+    file = sweep_file(dir, LR_SEED, "slurm = { mpi = \"mpirun\"; };");
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " -s run.ranks=2 --executor slurm --dry-run", file, dir, "out"), 0,
+                 "%s", out);
+    cr_expect(strstr(out, "\n#SBATCH --ntasks=2\n#SBATCH --cpus-per-task=4\n") && strstr(out, "\n#SBATCH --nodes=1\n")
+              && !strstr(out, "srun"), "%s", out);
+    cr_expect(strstr(out, "exec /") && strstr(out, "/mpx run "), "%s", out);
+
+    file = sweep_file(dir, LR_SEED, "slurm = {\n  mpi = \"pmix; rm\"; };");
+    cr_expect_eq(ts_sh(out, sizeof out, SWEEP " --executor slurm --dry-run 2>&1", file, dir, "out"), 2, "%s", out);
+    cr_expect(strstr(out, "toy.cfg:6: slurm.mpi = \"pmix; rm\": expected an srun MPI plugin"), "%s", out);
+    file = sweep_file(dir, LR_SEED, "slurm = {\n  mpi = \"\"; };");
+    cr_expect_eq(ts_sh(out, sizeof out, SWEEP " --executor slurm --dry-run 2>&1", file, dir, "out"), 2, "%s", out);
+    cr_expect(strstr(out, "toy.cfg:6: slurm.mpi = \"\": expected"), "%s", out);
 }
 
 /* Slurm's answers, hand-written in the formats squeue/sacct print for the options mpx
@@ -322,4 +348,69 @@ Test(sweep_slurm, a_one_node_cluster_runs_the_sweep_and_a_rerun_submits_only_the
         int gone = kill((pid_t)pid[i], 0) != 0 || ts_sh(out, sizeof out, "grep -q ') Z' %s", stat) == 0;
         cr_expect(gone, "daemon %ld still runs after cluster.sh stop", pid[i]);
     }
+}
+
+/* A two-rank cell through the job script on the one-node cluster, whose slurm.conf keeps
+ * Slurm's default MpiDefault=none as a stock install does: its ranks start (srun
+ * --mpi=pmix, or with slurm.mpi = "mpirun" mpx run's own mpirun in the batch step), rank 0
+ * takes the cell's lock and writes the record, and the record says two ranks. */
+static void two_rank_cell(const char *env, const char *dir, const char *mpi, const char *launch)
+{
+    char text[512], out[16384], path[PATH_MAX];
+    snprintf(text, sizeof text, "set = (\"run.ranks=2\", \"comm.plugin=\\\"mpi\\\"\", \"data.toy.examples=256\");\n"
+             "slurm = { cpus = 1; memory = \"1G\"; time = \"00:05:00\"; %s };", mpi);
+    char *file = sweep_file(dir, "{ key = \"run.seed\"; values = (1); }", text);
+    cr_assert_eq(ts_sh(out, sizeof out, SWEEP " --executor slurm --dry-run", file, dir, "slurm"), 0, "%s", out);
+    cr_expect(strstr(out, "\n#SBATCH --ntasks=2\n") && strstr(out, launch), "no '%s' in:\n%s", launch, out);
+    cr_assert_eq(ts_sh(out, sizeof out, "%s " SWEEP " --executor slurm", env, file, dir, "slurm"), 0, "%s", out);
+    submitted_job(out);
+    int rc = wait_for(env, file, dir, 50, out, sizeof out);
+    snprintf(path, sizeof path, "%s/slurm/toy/sweep.json", dir);
+    json_t *index = load(path);
+    const char *cell = json_string_value(json_object_get(json_array_get(json_object_get(index, "cells"), 0), "dir"));
+    cr_assert_not_null(cell, "%s", path);
+    /* the cell's and Slurm's output, to say why when it did not finish */
+    char why[8192];
+    if (ts_sh(why, sizeof why, "cat %s/mpx.log %s/slurm/toy/slurm/*.out 2>&1 | tail -30", cell, dir) != 0)
+        snprintf(why, sizeof why, "(no log in %s)", cell);
+    cr_assert_eq(rc, 0, "the two-rank cell did not finish:\n%s\nits log:\n%s", out, why);
+    snprintf(path, sizeof path, "%s/run.json", cell);
+    json_t *r = load(path), *memory = json_object_get(r, "memory");
+    json_t *eff = json_object_get(json_object_get(r, "config"), "effective");
+    cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished", "%s", why);
+    cr_expect_eq(json_integer_value(json_object_get(memory, "ranks")), 2, "%s", path);
+    cr_expect_eq(json_array_size(json_object_get(memory, "ranks_rss_peak_bytes")), 2, "%s", path);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(eff, "run"), "ranks")), 2, "%s", path);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(eff, "comm"), "plugin")), "mpi", "%s", path);
+    cr_expect_eq(ts_sh(out, sizeof out, "ls %s/rank-*.error 2>/dev/null", cell), 2, "a rank failed: %s", out);
+    json_decref(r);
+    json_decref(index);
+}
+
+Test(sweep_slurm, a_two_rank_cell_starts_its_ranks_on_a_stock_cluster, .fini = stop_cluster)
+{
+    char missing[64], out[4096], env[PATH_MAX + 64];
+    if (!have_slurm(missing, sizeof missing))
+        cr_skip_test("%s not installed (apt-get install slurm-wlm munge): the Slurm executor test is skipped", missing);
+    if (ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg -s run.ranks=2 >/dev/null 2>&1") != 0)
+        cr_skip_test("this build's mpx check refuses run.ranks=2 on the toy (no MPI comm): the two-rank Slurm "
+                     "cell is not run");
+    char *dir = ts_tmpdir("slurm-2ranks");
+    snprintf(cluster_dir, sizeof cluster_dir, "%s/cluster", dir);
+    snprintf(env, sizeof env, "PATH=$PATH:/usr/sbin SLURM_CONF=%s/slurm.conf", cluster_dir);
+    int rc = ts_sh(out, sizeof out, "PATH=$PATH:/usr/sbin bash tests/slurm/cluster.sh start %s %d 2>&1", cluster_dir,
+                   (int)getpid());
+    cr_assert_eq(rc, 0, "the test cluster did not start: %s", out);
+    /* the test's environment must not choose the MPI plugin for srun */
+    cr_assert_eq(ts_sh(out, sizeof out, "grep -x MpiDefault=none %s/slurm.conf && echo \"${SLURM_MPI_TYPE-unset}\"",
+                       cluster_dir), 0, "%s", out);
+    cr_assert(strstr(out, "\nunset\n"), "SLURM_MPI_TYPE is set: %s", out);
+
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/srun", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "mkdir %s", sub), 0);
+    two_rank_cell(env, sub, "", "\n    exec srun --mpi=pmix -n 2 --cpus-per-task=\"$threads\" /");
+    snprintf(sub, sizeof sub, "%s/mpirun", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "mkdir %s", sub), 0);
+    two_rank_cell(env, sub, "mpi = \"mpirun\";", "\n#SBATCH --nodes=1\n");
 }

@@ -38,6 +38,7 @@ typedef struct mpx_slurm_resources {
     char memory[32];      /* --mem (per node), e.g. "8G" */
     char time[32];        /* --time, e.g. "04:00:00" */
     char partition[128];  /* --partition; "": the cluster's default */
+    char mpi[32];         /* how a multi-rank cell starts its ranks: srun --mpi=MPI, or "mpirun" */
 } mpx_slurm_resources;
 
 typedef struct mpx_sweep {

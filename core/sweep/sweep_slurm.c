@@ -1,13 +1,27 @@
 /* mpx sweep --executor slurm: the sweep's unfinished cells as one Slurm job array. The
  * array index of a task is the cell's index in the sweep (sweep.json lists them), each
  * task runs the same `mpx run ... --out CELL` the serial executor runs (a cell with
- * run.ranks > 1 through `srun -n RANKS`), and writes the same record; the cell's output
- * goes to CELL/mpx.log. Each submission is appended to <sweep>/slurm.json, which is how
- * `--status` and the next submission find the cells' array tasks (sweep_slurm_query.c).
+ * run.ranks > 1 through `srun --mpi=pmix -n RANKS`, below), and writes the same record;
+ * the cell's output goes to CELL/mpx.log. Each submission is appended to
+ * <sweep>/slurm.json, which is how `--status` and the next submission find the cells'
+ * array tasks (sweep_slurm_query.c).
  *
  * Resources come from the sweep file's `slurm` group:
- *   slurm = { cpus = 4; memory = "8G"; time = "04:00:00"; gpus = 0; partition = ""; };
- */
+ *   slurm = { cpus = 4; memory = "8G"; time = "04:00:00"; gpus = 0; partition = ""; mpi = "pmix"; };
+ *
+ * How a multi-rank cell starts its ranks (slurm.mpi). srun starts them, each an `mpx run`
+ * that joins the launch, and OpenMPI's MPI_Init in each needs srun's PMI server: Slurm's
+ * MpiDefault is "none" unless the site sets it (Debian's slurm-wlm ships no slurm.conf;
+ * Slurm's own default is none), and without it MPI_Init aborts with "OMPI was not built
+ * with SLURM's PMI support". So the script names one: --mpi=pmix, which a stock Slurm
+ * (Debian's slurm-wlm-basic-plugins: mpi_pmix.so) and a stock OpenMPI 4 (PMIx built in
+ * or Debian's libpmix2) both have; pmi2 does not work with Debian's OpenMPI (built
+ * without Slurm's PMI-2 library). A site with another plugin names it (`srun --mpi=list`);
+ * one without PMIx at all sets slurm.mpi = "mpirun": the task runs `mpx run` itself,
+ * which starts its ranks with mpirun in the batch step, as on a workstation, and the job
+ * asks for one node, since that launch is for one machine (shared memory only,
+ * docs/RANKS.md). srun is the default because it keeps Slurm's own placement, limits and
+ * accounting of each rank, on any number of nodes. */
 #include "sweep_slurm.h"
 #include "../config/config.h"
 
@@ -77,6 +91,7 @@ int mpx_sweep_load_slurm(mpx_slurm_resources *r, const config_setting_t *g, cons
     r->cpus = 4;
     snprintf(r->memory, sizeof r->memory, "8G");
     snprintf(r->time, sizeof r->time, "04:00:00");
+    snprintf(r->mpi, sizeof r->mpi, "pmix");
     if (!g) return 0;
     if (!config_setting_is_group(g))
         return fail(err, errlen, "%s:%d: slurm must be a group { cpus = ...; memory = \"...\"; ... }", file,
@@ -94,8 +109,11 @@ int mpx_sweep_load_slurm(mpx_slurm_resources *r, const config_setting_t *g, cons
                              file, err, errlen);
         else if (!strcmp(k, "partition"))
             rc = load_string(m, k, r->partition, sizeof r->partition, "_-.,", "a partition name", file, err, errlen);
+        else if (!strcmp(k, "mpi"))
+            rc = load_string(m, k, r->mpi, sizeof r->mpi, "_", "an srun MPI plugin such as \"pmix\" or \"pmix_v4\" "
+                             "(srun --mpi=list), or \"mpirun\"", file, err, errlen);
         else
-            rc = fail(err, errlen, "%s:%d: unknown key '%s' in slurm (allowed: cpus, memory, time, gpus, partition)",
+            rc = fail(err, errlen, "%s:%d: unknown key '%s' in slurm (allowed: cpus, memory, time, gpus, partition, mpi)",
                       file, config_setting_source_line(m), k);
         if (rc) return rc;
     }
@@ -152,7 +170,9 @@ static void put_task(FILE *f, const mpx_sweep *sw, const mpx_sweep_cell *c, cons
     fprintf(f, "%zu)  # %s\n    cell=", c->index, c->name);
     put_word(f, c->dir);
     fputs("\n    mkdir -p \"$cell\" || exit 1\n    exec ", f);
-    if (ranks > 1) fprintf(f, "srun -n %ld --cpus-per-task=\"$threads\" ", ranks);
+    /* with "mpirun", mpx run starts the ranks itself, as it does outside Slurm */
+    if (ranks > 1 && strcmp(sw->slurm.mpi, "mpirun"))
+        fprintf(f, "srun --mpi=%s -n %ld --cpus-per-task=\"$threads\" ", sw->slurm.mpi, ranks);
     put_word(f, mpx);
     for (size_t k = 1; argv && argv[k]; k++) {
         fputc(' ', f);
@@ -189,6 +209,7 @@ int mpx_slurm_script(FILE *f, const mpx_sweep *sw, const mpx_sweep_cell *cells, 
             sw->name, spec, ranks, r->cpus, r->memory, r->time);
     if (r->gpus) fprintf(f, "#SBATCH --gpus-per-task=%d\n", r->gpus);
     if (r->partition[0]) fprintf(f, "#SBATCH --partition=%s\n", r->partition);
+    if (ranks > 1 && !strcmp(r->mpi, "mpirun")) fputs("#SBATCH --nodes=1\n", f);
     char out[2 * PATH_MAX + 32];
     snprintf(out, sizeof out, "%s%s%s/slurm", sweep_dir[0] == '/' ? "" : cwd, sweep_dir[0] == '/' ? "" : "/", sweep_dir);
     if (!plain_value(out, "/._-+,:@=") || !plain_value(cwd, "/._-+,:@="))

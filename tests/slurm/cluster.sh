@@ -61,6 +61,8 @@ start() {
     local cpus mem p1 p2
     cpus=$(nproc); mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)
     read -r p1 p2 < <(free_ports)
+    # MpiDefault=none is Slurm's own default, as on a stock install: a multi-rank job must
+    # name srun's MPI plugin itself (the job script's srun --mpi=pmix), and the test checks it
     cat > "$dir/slurm.conf" <<CONF
 ClusterName=mpxtest
 SlurmctldHost=$(hostname -s)(127.0.0.1)
