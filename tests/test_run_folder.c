@@ -3,8 +3,10 @@
  *  - a run.name holding a quote and a command substitution trains, saves its model under
  *    exactly that folder name, and runs no command (before: `rm -rf '<dir>/checkpoint'`
  *    through system() ran it, and a name with a quote failed after training);
- *  - a train_state.old or checkpoint that is a link to a user's folder is removed as a link,
- *    the folder and its files untouched (before: emptied by the end-of-run cleanup);
+ *  - a file or folder mpx writes in the run folder that is a link to the user's files is
+ *    refused before anything changes (before: a train_state.old or checkpoint link had its
+ *    target emptied by the end-of-run cleanup), and what mpx deletes it deletes without
+ *    following a link;
  *  - run.name and sweep names: control characters and over-long names refused at check,
  *    quotes and spaces accepted. */
 #include <criterion/criterion.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "support/shell.h"
+#include "../core/record/fsutil.h"
 
 TestSuite(run_folder, .timeout = 120);
 
@@ -47,30 +50,55 @@ Test(run_folder, a_run_name_is_never_a_shell_command)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
-/* A checkpoint folder, or the model's, that is a link to the user's folder: the run
- * replaces the link and never empties what it points to. */
-Test(run_folder, links_in_the_run_folder_are_removed_not_followed)
+/* A file or folder mpx writes in the run folder, planted as a link to the user's files:
+ * the run is refused before it changes anything, naming the link; the link stays a link
+ * and what it points to keeps its bytes (before: a train_state.old or checkpoint link
+ * had its target emptied by the end-of-run cleanup, a diagnostics.csv link truncated its
+ * target, and run.json was replaced before a metrics.csv link was refused). */
+Test(run_folder, a_link_in_the_run_folder_is_refused_before_anything_changes)
 {
-    char *dir = ts_tmpdir("rf-link"), out[16384], path[8192], victim[4096];
-    snprintf(victim, sizeof victim, "%s/victim", dir);
-    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s %s/run && echo precious > %s/thesis.tex && "
-                       "ln -s %s %s/run/train_state.old && ln -s %s %s/run/train_state.tmp && "
-                       "ln -s %s %s/run/checkpoint", victim, dir, victim, victim, dir, victim, dir, victim, dir), 0);
-    int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/tiny_squad.cfg --out %s/run -s train.max_steps=2 "
-                   "-s train.save_model=true 2>&1", dir);
-    cr_assert_eq(rc, 0, "%s", out);
-    snprintf(path, sizeof path, "%s/thesis.tex", victim);
+    static const char *const names[] = { "train_state.old", "train_state.tmp", "train_state", "checkpoint",
+                                         "checkpoint.tmp", "run.json", "metrics.csv", "diagnostics.csv",
+                                         "predictions.json", "mpx.lock", "rank-1.error" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char *dir = ts_tmpdir("rf-link"), out[16384], path[8192];
+        /* the target: the user's folder (for a folder name) or file */
+        int folder = !strchr(names[i], '.') || strstr(names[i], "train_state.") || !strcmp(names[i], "checkpoint.tmp");
+        cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/victim %s/run && echo precious > %s/victim/thesis.tex && "
+                           "echo '{\"status\": \"killed\"}' > %s/run/keep.json && ln -s %s/victim%s %s/run/%s",
+                           dir, dir, dir, dir, dir, folder ? "" : "/thesis.tex", dir, names[i]), 0);
+        cr_assert_eq(ts_sh(NULL, 0, "cp -a %s/run %s/before", dir, dir), 0);
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --out %s/run -s train.max_steps=2 "
+                       "-s train.save_model=true 2>&1", dir);
+        cr_expect_eq(rc, 1, "%s: exit %d:\n%s", names[i], rc, out);
+        snprintf(path, sizeof path, "%s is a symbolic link", names[i]);
+        cr_expect(strstr(out, path) && strstr(out, "nothing was changed"), "%s: the error does not name it:\n%s",
+                  names[i], out);
+        cr_expect_eq(ts_sh(out, sizeof out, "diff -r --no-dereference %s/before %s/run 2>&1 && "
+                           "test \"$(ls %s/victim)\" = thesis.tex && grep -qx precious %s/victim/thesis.tex",
+                           dir, dir, dir, dir), 0, "%s: the folder or the user's file changed: %s", names[i], out);
+        ts_sh(NULL, 0, "rm -rf %s", dir);
+    }
+}
+
+/* What mpx deletes (a checkpoint folder it replaces, the training state at the end) it
+ * deletes without following a link anywhere: a link is removed itself, its target kept. */
+Test(run_folder, removing_a_folder_never_follows_a_link)
+{
+    char *dir = ts_tmpdir("rf-tree"), path[4096];
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/victim %s/t/sub && echo precious > %s/victim/thesis.tex && "
+                       "ln -s %s/victim %s/t/sub/link && ln -s %s/victim %s/top",
+                       dir, dir, dir, dir, dir, dir, dir), 0);
+    snprintf(path, sizeof path, "%s/t", dir);
+    cr_expect_eq(mpx_remove_tree(path), 0);
+    cr_expect_neq(access(path, F_OK), 0, "the folder is still there");
+    snprintf(path, sizeof path, "%s/top", dir);
+    cr_expect_eq(mpx_remove_tree(path), 0);
+    cr_expect(!is_link(path), "the link at the top is still there");
+    snprintf(path, sizeof path, "%s/victim/thesis.tex", dir);
     char *text = ts_slurp(path, NULL);
-    cr_expect_str_eq(text, "precious\n", "the user's file behind a link was changed");
+    cr_expect_str_eq(text, "precious\n", "the user's file behind a link was removed or changed");
     free(text);
-    snprintf(path, sizeof path, "%s/run/train_state.old", dir);
-    cr_expect(!is_link(path), "train_state.old is still a link");
-    snprintf(path, sizeof path, "%s/run/checkpoint", dir);
-    cr_expect(!is_link(path), "the saved model went through the link");
-    snprintf(path, sizeof path, "%s/run/checkpoint/model.safetensors", dir);
-    cr_expect_eq(access(path, F_OK), 0, "no saved model in the run folder");
-    snprintf(path, sizeof path, "%s/model.safetensors", victim);
-    cr_expect_neq(access(path, F_OK), 0, "the model was written into the linked folder");
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 

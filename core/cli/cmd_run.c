@@ -321,7 +321,8 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
      * removed; the lock ends with the process */
     const char *held = getenv("MPX_RUN_LOCK_HELD");
     if (env_rank == 0 && !(held && !strcmp(held, dir)) &&
-        (mpx_mkdirs(dir) != 0 || mpx_lock_folder(dir, err, sizeof err) < 0)) {
+        (mpx_refuse_run_folder_links(dir, err, sizeof err) || mpx_mkdirs(dir) != 0 ||
+         mpx_lock_folder(dir, err, sizeof err) < 0)) {
         fprintf(stderr, "mpx %s: %s\n", what, err[0] ? err : strerror(errno));
         mpx_session_close(&s);
         return 1;

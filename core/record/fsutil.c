@@ -1,6 +1,7 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -117,4 +118,47 @@ int mpx_run_capture(char *const argv[], int merge_err, char *out, size_t outlen,
     while (waitpid(pid, status, 0) < 0)
         if (errno != EINTR) return -1;
     return 0;
+}
+
+/* A name mpx writes in a run folder: one of these, or one of them with a suffix
+ * (".tmp", ".old", ".tmp.PID"), or rank-N.error. */
+static int run_folder_name(const char *name)
+{
+    static const char *const bases[] = { "run.json", "metrics.csv", "diagnostics.csv", "predictions.json",
+                                         "nbest_predictions.json", "question_scores.csv", "mpx.log", "mpx.lock",
+                                         "checkpoint", "train_state" };
+    for (size_t i = 0; i < sizeof bases / sizeof *bases; i++) {
+        size_t n = strlen(bases[i]);
+        if (!strncmp(name, bases[i], n) && (name[n] == 0 || name[n] == '.')) return 1;
+    }
+    return !strncmp(name, "rank-", 5) && strstr(name, ".error") != NULL;
+}
+
+int mpx_refuse_run_folder_links(const char *dir, char *err, size_t errlen)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, errlen, "cannot open the run folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        snprintf(err, errlen, "cannot read the run folder %s: %s", dir, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)) != NULL) {
+        struct stat st;
+        if (!run_folder_name(e->d_name) || fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISLNK(st.st_mode)) {
+            snprintf(err, errlen, "%s/%s is a symbolic link: mpx writes its files in the run folder itself, never "
+                     "through a link (nothing was changed; remove the link or choose another folder)", dir, e->d_name);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
 }

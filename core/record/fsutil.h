@@ -24,6 +24,14 @@ FILE *mpx_fopen_nofollow(const char *path, int append);
  * another process holds DIR, naming its pid, or why the lock file could not be taken. */
 int mpx_lock_folder(const char *dir, char *err, size_t errlen);
 
+/* Refuses a run folder in which a file or folder mpx writes (run.json, metrics.csv,
+ * diagnostics.csv, predictions.json, nbest_predictions.json, question_scores.csv,
+ * mpx.log, mpx.lock, checkpoint, train_state, rank-N.error, and their .tmp/.old
+ * siblings) is a symbolic link: mpx writes its files in the folder itself, never
+ * through a link, and says so before it changes anything. 0 when there is none (or
+ * no folder yet); -1 with err naming the first link. */
+int mpx_refuse_run_folder_links(const char *dir, char *err, size_t errlen);
+
 /* Runs argv[0] (looked up in PATH) with argv as its arguments, no shell; its standard
  * output (and standard error when merge_err, else /dev/null) into out (NUL-terminated,
  * truncated to outlen - 1 bytes; the rest is read and dropped). *status gets the wait
