@@ -364,3 +364,29 @@ Test(sweep, a_huge_axis_is_refused_at_once, .timeout = 60)
     }
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
+
+/* SIGTERM to a serial `mpx sweep` while a cell runs: the cell gets it too, records itself
+ * killed and ends (before, it went on alone, orphaned, holding its folder's lock, and the
+ * next sweep was refused); the sweep exits 1 and the same command resumes the cell. */
+Test(sweep, a_terminated_serial_sweep_takes_its_running_cell_with_it, .timeout = 120)
+{
+    char *dir = ts_tmpdir("sweep-term"), out[8192];
+    char *file = sweep_file(dir, "toy", "{ key = \"run.seed\"; values = (1); }");
+    cr_assert_eq(ts_sh(out, sizeof out,
+                       "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=200 "
+                       "-s train.checkpoint_every=50 >%s/log 2>&1 & pid=$!; "
+                       "for i in $(seq 300); do ls %s/out/toy/1-*/train_state/state.json >/dev/null 2>&1 && break; "
+                       "sleep 0.1; done; kill -TERM $pid; wait $pid; echo $?", file, dir, dir, dir), 0);
+    cr_expect_eq(strtol(out, NULL, 10), 1, "a terminated sweep exits 1: %s", out);
+    /* the cell's mpx run is gone within a second, its record final */
+    cr_expect_eq(ts_sh(out, sizeof out, "for i in $(seq 20); do pgrep -f -- '[-]-out %s/out/toy/1-' >/dev/null || exit 0; "
+                       "sleep 0.1; done; exit 1", dir), 0, "the cell's mpx run outlived the sweep");
+    cr_expect_eq(ts_sh(out, sizeof out, "grep -l '\"status\": \"killed\"' %s/out/toy/1-*/run.json", dir), 0,
+                 "the cell's record does not say killed");
+    /* the folder is free: the same command resumes the cell from its checkpoint */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=200 "
+                       "-s train.checkpoint_every=50 2>&1", file, dir), 0, "%s", out);
+    cr_expect(strstr(out, "1 finished") != NULL, "%s", out);
+    cr_expect_eq(ts_sh(out, sizeof out, "grep -q '\"resumed\"' %s/out/toy/1-*/run.json", dir), 0,
+                 "the cell started again instead of resuming from its checkpoint");
+}

@@ -211,7 +211,7 @@ static int run_cells(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *c
         if (mpx_sweep_fault_at("index", k)) mpx_sweep_fault_torn_index(sweep_dir);
         mpx_sweep_write_index(sw, sweep_dir, cells, states, uov, o->cli.n_overrides);
         if (mpx_sweep_fault_at("between", k)) mpx_sweep_fault_die("between two cells");
-        if (oc.signal == SIGINT || oc.signal == SIGTERM || oc.signal == SIGHUP) {
+        if (oc.interrupted || oc.signal == SIGINT || oc.signal == SIGTERM || oc.signal == SIGHUP) {
             fprintf(stderr, "mpx sweep: interrupted; run the same command again to resume\n");
             return -1;
         }

@@ -139,6 +139,7 @@ const char *mpx_rec_state_name(mpx_rec_state st);
 typedef struct mpx_cell_outcome {
     int exit_code;       /* or -1 when killed by a signal */
     int signal;
+    int interrupted;     /* the sweep got SIGINT/SIGTERM/SIGHUP while the cell ran (passed on to it) */
     double seconds;
 } mpx_cell_outcome;
 

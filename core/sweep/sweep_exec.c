@@ -114,6 +114,7 @@ int mpx_sweep_spawn(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *co
 void mpx_sweep_outcome(int status, double seconds, mpx_cell_outcome *out)
 {
     out->seconds = seconds;
+    out->interrupted = 0;
     out->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     out->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
@@ -137,6 +138,12 @@ static void fault_now(int during, pid_t pid)
     mpx_sweep_fault_die(during == 1 ? "with its running cell" : "(its running cell goes on)");
 }
 
+/* SIGINT, SIGTERM or SIGHUP to the sweep while a cell runs: passed on to the cell, whose
+ * `mpx run` records itself killed (keeping its checkpoint) and dies of it, and the sweep
+ * stops after it (before, the cell went on alone, holding its folder's lock). */
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
 int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *const *plugin_dirs,
                    size_t n_dirs, const char *label, int tty, size_t nth, mpx_cell_outcome *out,
                    char *err, size_t errlen)
@@ -144,29 +151,46 @@ int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *con
     memset(out, 0, sizeof *out);
     pid_t pid;
     int during = fault_during(nth);
+    struct sigaction sa, old[3];
+    const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;   /* no SA_RESTART: the wait below wakes on a signal */
+    sigemptyset(&sa.sa_mask);
+    got_signal = 0;
+    for (int k = 0; k < 3; k++) sigaction(sigs[k], &sa, &old[k]);   /* the child starts with the defaults */
     int spawned = mpx_sweep_spawn(sw, c, NULL, 0, plugin_dirs, n_dirs, &pid, err, errlen);
     if (during) {
         unsetenv("MPX_FAULT_AT_STEP");
         unsetenv("MPX_FAULT_SIGNAL");
     }
-    if (spawned) return -1;
+    if (spawned) {
+        for (int k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
+        return -1;
+    }
     double t0 = now_s();
     mpx_cell_progress prog = { 0 };
-    int status = 0;
+    int status = 0, passed_on = 0;
     for (;;) {
-        pid_t w = waitpid(pid, &status, (tty ? WNOHANG : 0) | (during ? WUNTRACED : 0));
+        if (got_signal && !passed_on) {
+            kill(pid, got_signal);
+            passed_on = 1;
+        }
+        /* polled, so that a signal arriving between the check above and the wait is
+         * passed on within 0.2 s */
+        pid_t w = waitpid(pid, &status, WNOHANG | (during ? WUNTRACED : 0));
         if (w == pid && WIFSTOPPED(status)) fault_now(during, pid);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) {
             snprintf(err, errlen, "waitpid: %s", strerror(errno));
+            for (int k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
             return -1;
         }
-        if (tty) {
-            draw_progress(c, label, &prog);
-            nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
-        }
+        if (tty) draw_progress(c, label, &prog);
+        nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
     }
+    for (int k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
     if (tty) fputs("\r\033[K", stderr);
     mpx_sweep_outcome(status, now_s() - t0, out);
+    out->interrupted = passed_on;   /* the sweep stops after it, whatever became of the cell */
     return 0;
 }
