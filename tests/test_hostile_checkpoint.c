@@ -151,3 +151,25 @@ Test(hostile_checkpoint, safetensors_duplicate_names_and_overlapping_ranges_are_
                   "case %zu: no '%s' in\n%s", i, cases[i].want, out);
         }
 }
+
+/* Issue 46: a parameter stored as F64 or BOOL passed mpx check and was refused only when
+ * mpx run read it. The dtype is in the header: check refuses it as run does, naming the
+ * file and the tensor. */
+Test(hostile_checkpoint, an_f64_or_bool_parameter_is_refused_by_check_as_by_run, .timeout = 30)
+{
+    static const struct { const char *dtype; size_t bytes; } cases[] = { { "F64", 512 }, { "BOOL", 64 } };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char header[256], want[128];
+        snprintf(header, sizeof header, "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"%s\",\"shape\":[64],"
+                 "\"data_offsets\":[0,%zu]}}", cases[i].dtype, cases[i].bytes);
+        snprintf(want, sizeof want, "tensor 'embeddings.LayerNorm.weight' has dtype %s", cases[i].dtype);
+        char *d = safetensors_with(header, cases[i].bytes);
+        static const char *const cmds[] = { "check", "run" };
+        for (int c = 0; c < 2; c++) {
+            int rc = mpx_on(cmds[c], d, "");
+            cr_expect_eq(rc, 1, "mpx %s, %s: exit %d\n%s", cmds[c], cases[i].dtype, rc, out);
+            cr_expect(strstr(out, want) != NULL && strstr(out, "model.safetensors") != NULL,
+                      "mpx %s: no \"%s\" in\n%s", cmds[c], want, out);
+        }
+    }
+}

@@ -102,7 +102,8 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-/* Every tensor of `sf` that names a parameter has that parameter's shape. */
+/* Every tensor of `sf` that names a parameter has that parameter's shape and a dtype
+ * st_read_f32 reads (an F64 or BOOL tensor is refused here, not at the first load). */
 static int check_file_shapes(const bert *m, const st_file *sf, int allow_ignored)
 {
     char name[256];
@@ -112,6 +113,7 @@ static int check_file_shapes(const bert *m, const st_file *sf, int allow_ignored
         int i = bert_find_param(m, name);
         if (i < 0) return unexpected(m, sf, &sf->t[k]);
         MPX_TRY(check_shape(m, sf, &sf->t[k], (size_t)i));
+        MPX_TRY(st_check_float(m->env, sf, &sf->t[k]));
     }
     return 0;
 }
