@@ -481,6 +481,14 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
     return bind_model(s, max_batch, max_seq, err, errlen);
 }
 
+int64_t mpx_session_input_limit(const mpx_session *s, const char *name)
+{
+    const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (!m->self || !m->rec->vt.model.input_limit) return 0;
+    int64_t limit = m->rec->vt.model.input_limit(m->self, name);
+    return limit > 0 ? limit : 0;
+}
+
 void mpx_session_close(mpx_session *s)
 {
     /* plugins first (they may release their buffers), then the backend */

@@ -41,6 +41,10 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
  * optimizer state — and the model bound forward-only (mpx_model_bind.grads.p NULL). */
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);
 
+/* The model's bound on the values of its int32 input `name` (mpx_model_vtable.input_limit,
+ * ABI 1.14): 0 when no model is created yet, it has no such hook, or no bound. */
+int64_t mpx_session_input_limit(const mpx_session *s, const char *name);
+
 void mpx_session_close(mpx_session *s);
 
 #endif
