@@ -33,6 +33,9 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen);
 /* The parameter layout and the memory plan (memory_plan.h), nothing allocated: refuses
  * sizes that overflow and a plan over run.max_memory or the machine's memory. */
 int mpx_session_plan(mpx_session *s, char *err, size_t errlen);
+/* The same for mpx eval: the plan counts what evaluation allocates (the weights and the
+ * staging of the initial weights, memory_plan.h), against the same limit. */
+int mpx_session_plan_eval(mpx_session *s, char *err, size_t errlen);
 
 /* Allocate the flat model state and fill the weights from the model (checkpoint or
  * random init); max_batch/max_seq size the model's activations. */
