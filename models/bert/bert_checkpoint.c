@@ -235,7 +235,8 @@ static int write_text(mpx_env *env, const char *path, const char *text, size_t l
     FILE *f = fopen(path, "wb");
     if (!f) return MPX_FAIL(env, "cannot create %s: %s", path, strerror(errno));
     size_t w = fwrite(text, 1, len, f);
-    if (fclose(f) != 0 || w != len) return MPX_FAIL(env, "cannot write %s", path);
+    /* with errno's words: mpx run records a full disk as such (record.h) */
+    if (fclose(f) != 0 || w != len) return MPX_FAIL(env, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -259,10 +260,10 @@ static int copy_vocab(bert *m, const char *dir)
     char buf[65536];
     size_t n;
     while (!rc && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        if (fwrite(buf, 1, n, g) != n) rc = MPX_FAIL(m->env, "cannot write %s", dst);
+        if (fwrite(buf, 1, n, g) != n) rc = MPX_FAIL(m->env, "cannot write %s: %s", dst, strerror(errno));
     if (!rc && ferror(f)) rc = MPX_FAIL(m->env, "cannot read %s", src);
     fclose(f);
-    if (g && fclose(g) != 0 && !rc) rc = MPX_FAIL(m->env, "cannot write %s", dst);
+    if (g && fclose(g) != 0 && !rc) rc = MPX_FAIL(m->env, "cannot write %s: %s", dst, strerror(errno));
     return rc;
 }
 
