@@ -209,3 +209,61 @@ Test(faults, a_sweep_killed_between_two_cells_runs_only_the_rest, .timeout = 120
 {
     kill_sweep_at("between:1", 2, "between two cells");
 }
+
+/* Issue 46: a cell that failed because the disk was full was "failed" and never run
+ * again without --retry-failed, while a killed one was. Its record now says
+ * error_kind "disk_full" (errno ENOSPC) beside the error, and a plain rerun of the
+ * sweep, once the disk has room, runs it again, saying why; a cell that failed on its
+ * own (here: diverged at lr 1e30) stays failed. The full disk is a /dev/full node (char
+ * 1, 7) as the cell's metrics.csv, as in a_full_disk_names_the_file_and_errno. */
+Test(faults, a_disk_full_cell_is_run_again_by_a_plain_rerun_and_a_failed_one_is_not, .timeout = 90)
+{
+    char *d = ts_tmpdir("sweep-disk"), path[1024], text[1024], cells[2][512];
+    snprintf(path, sizeof path, "%s/s.cfg", d);
+    snprintf(text, sizeof text, "base = \"%s/configs/toy.cfg\";\naxes = ( { key = \"optimizer.lr\"; "
+             "values = (0.05, 1e30); } );\n", getenv("PWD"));
+    ts_write_file(path, text);
+    const char *keys = "-s train.max_steps=5 -s train.epochs=1";
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s --dry-run", path, d,
+                       keys), 0, "%s", out);
+    char *at = out;
+    for (int i = 0; i < 2; i++) {
+        at = strstr(at, d);
+        cr_assert_not_null(at, "%s", out);
+        cr_assert_eq(sscanf(at, "%511s", cells[i]), 1);
+        at += strlen(cells[i]);
+    }
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", cells[0]), 0);
+    if (ts_sh(NULL, 0, "mknod %s/metrics.csv c 1 7 2>/dev/null", cells[0]) != 0)
+        cr_skip_test("cannot mknod a /dev/full node here (no CAP_MKNOD): the disk-full sweep path is not tested");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s 2>&1", path, d, keys);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "disk-full: ") && strstr(out, "the next mpx sweep runs it again, without --retry-failed"),
+              "%s", out);
+    char rec[2][600];
+    for (int i = 0; i < 2; i++) snprintf(rec[i], sizeof rec[i], "%s/run.json", cells[i]);
+    json_t *j = ts_load_json(rec[0]);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "error_kind")), "disk_full");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "errno")), "ENOSPC");
+    json_decref(j);
+    char *failed_before = ts_slurp(rec[1], NULL);
+    j = ts_load_json(rec[1]);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+    cr_expect_null(json_object_get(j, "error_kind"), "a diverged cell is not a disk failure");
+    json_decref(j);
+    /* the disk has room again: a plain rerun runs the disk-full cell, not the failed one */
+    cr_assert_eq(ts_sh(NULL, 0, "rm %s/metrics.csv", cells[0]), 0);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s 2>&1", path, d, keys);
+    cr_expect_eq(rc, 1, "the diverged cell is still failed: %s", out);
+    cr_expect(strstr(out, "its run failed because the disk was full") && strstr(out, "running it again"), "%s", out);
+    cr_expect(strstr(out, "1 finished, 0 skipped, 1 failed, 0 unfinished; ran 1 now"), "%s", out);
+    j = ts_load_json(rec[0]);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "finished");
+    cr_expect_null(json_object_get(j, "error_kind"));
+    json_decref(j);
+    char *failed_after = ts_slurp(rec[1], NULL);
+    cr_expect_str_eq(failed_after, failed_before, "the failed cell was run again");
+    free(failed_before);
+    free(failed_after);
+}

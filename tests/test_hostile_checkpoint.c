@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/shell.h"
 
@@ -150,4 +151,49 @@ Test(hostile_checkpoint, safetensors_duplicate_names_and_overlapping_ranges_are_
         cr_expect(strstr(out, cases[i].want) != NULL && strstr(out, "model.safetensors") != NULL,
                   "case %zu: no '%s' in\n%s", i, cases[i].want, out);
         }
+}
+
+/* Issue 46: a parameter stored as F64 or BOOL passed mpx check and was refused only when
+ * mpx run read it. The dtype is in the header: check refuses it as run does, naming the
+ * file and the tensor. */
+Test(hostile_checkpoint, an_f64_or_bool_parameter_is_refused_by_check_as_by_run, .timeout = 30)
+{
+    static const struct { const char *dtype; size_t bytes; } cases[] = { { "F64", 512 }, { "BOOL", 64 } };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char header[256], want[128];
+        snprintf(header, sizeof header, "{\"embeddings.LayerNorm.weight\":{\"dtype\":\"%s\",\"shape\":[64],"
+                 "\"data_offsets\":[0,%zu]}}", cases[i].dtype, cases[i].bytes);
+        snprintf(want, sizeof want, "tensor 'embeddings.LayerNorm.weight' has dtype %s", cases[i].dtype);
+        char *d = safetensors_with(header, cases[i].bytes);
+        static const char *const cmds[] = { "check", "run" };
+        for (int c = 0; c < 2; c++) {
+            int rc = mpx_on(cmds[c], d, "");
+            cr_expect_eq(rc, 1, "mpx %s, %s: exit %d\n%s", cmds[c], cases[i].dtype, rc, out);
+            cr_expect(strstr(out, want) != NULL && strstr(out, "model.safetensors") != NULL,
+                      "mpx %s: no \"%s\" in\n%s", cmds[c], want, out);
+        }
+    }
+}
+
+/* Issue 46: mpx eval skipped the memory plan that check and run enforce. Its plan counts
+ * what an evaluation allocates (the weights and their staging: no grads, master or
+ * optimizer state), and an evaluation over it is refused before the record is opened. */
+Test(hostile_checkpoint, an_eval_over_its_memory_plan_is_refused_before_anything_is_written, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-eval"), path[600];
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx eval configs/tiny_squad.cfg -s run.max_memory=1e5 --out %s/eval 2>&1", d);
+    cr_expect_eq(rc, 1, "exit %d\n%s", rc, out);
+    cr_expect(strstr(out, "mpx eval: the model state of ") && strstr(out, " to evaluate (weights ") &&
+              strstr(out, "more than run.max_memory (0.0001 GB)") && !strstr(out, "opt_state") && !strstr(out, "grads"),
+              "%s", out);
+    static const char *const files[] = { "run.json", "metrics.csv", "predictions.json" };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/eval/%s", d, files[i]);
+        cr_expect(access(path, F_OK) != 0, "%s was written", path);
+    }
+    /* 1.5 MB holds the evaluation (about 1 MB) but not the training state (about 2.2 MB) */
+    rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg -s run.max_memory=1.5e6 2>&1");
+    cr_expect_eq(rc, 1, "%s", out);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx eval configs/tiny_squad.cfg -s run.max_memory=1.5e6 --out %s/eval 2>&1", d);
+    cr_expect_eq(rc, 0, "exit %d\n%s", rc, out);
 }

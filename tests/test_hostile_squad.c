@@ -214,3 +214,38 @@ Test(hostile_squad, a_crlf_vocabulary_is_named_as_such, .timeout = 60)
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "vocabulary has no [CLS] token (its lines end in \\r\\n") && strstr(out, "dos2unix"), "%s", out);
 }
+
+/* Issue 46: a vocab.txt with more tokens than the model's vocab_size passed mpx check
+ * and stopped the run at step 0, when the first token past it reached the embeddings
+ * (bert_forward's "input_ids ... vocab_size"). Now the task refuses it when it is
+ * opened, naming the file, its size and the model's vocab_size: in mpx check, and in
+ * mpx run before any step. */
+Test(hostile_squad, a_vocabulary_larger_than_the_models_vocab_size_is_refused_before_training, .timeout = 60)
+{
+    char *d = ts_tmpdir("hostile-squad"), train[512], dev[512], vocab[512], run[512], path[600], want[700];
+    snprintf(train, sizeof train, "%s/train.json", d);
+    snprintf(dev, sizeof dev, "%s/dev.json", d);
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", d);
+    snprintf(run, sizeof run, "%s/run", d);
+    /* the tiny model's 128 tokens and 72 more, which the data below uses */
+    cr_assert_eq(ts_sh(NULL, 0, "cp tests/fixtures/bert/tiny/vocab.txt %s && for i in $(seq 128 199); do echo tok$i; "
+                       "done >> %s", vocab, vocab), 0);
+    const char *context = "tok5 tok6 tok7 tok150 tok151 tok199";
+    write_squad(train, 8, 0, 0, context);
+    write_squad(dev, 4, 0, 0, context);
+    snprintf(want, sizeof want, "data.squad.vocab: %s holds 200 tokens, but the model's vocab_size is 128", vocab);
+    static const char *const cmds[] = { "check", "run" };
+    for (int i = 0; i < 2; i++) {
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx %s configs/tiny_squad.cfg -s 'data.squad.train_file=\"%s\"' "
+                       "-s 'data.squad.dev_file=\"%s\"' -s 'data.squad.vocab=\"%s\"' -s train.max_steps=2 %s %s 2>&1",
+                       cmds[i], train, dev, vocab, i ? "--out" : "", i ? run : "");
+        cr_expect_eq(rc, 1, "mpx %s: exit %d\n%s", cmds[i], rc, out);
+        cr_expect(strstr(out, want) != NULL, "mpx %s: no \"%s\" in\n%s", cmds[i], want, out);
+    }
+    snprintf(path, sizeof path, "%s/metrics.csv", run);
+    char *rows = ts_slurp(path, NULL);
+    cr_expect(rows && !strchr(strchr(rows, '\n') + 1, '\n'), "steps ran before the refusal:\n%s", rows ? rows : "");
+    free(rows);
+    /* the model's own vocabulary passes */
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx check configs/tiny_squad.cfg >/dev/null 2>&1"), 0);
+}

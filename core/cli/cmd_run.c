@@ -343,6 +343,14 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     mpx_record rec;
     int rc = mpx_session_start(&s, err, sizeof err);
+    /* an evaluation its memory plan refuses is refused before the record is opened and
+     * the data read: a previous record in the folder stays as it was */
+    if (!rc && !train && mpx_session_plan_eval(&s, err, sizeof err)) {
+        fprintf(stderr, "mpx %s: %s (refused before anything was allocated; no record written in %s)\n", what, err,
+                dir);
+        mpx_session_close(&s);
+        return 1;
+    }
     int rank = s.inst[MPX_KIND_COMM].self ? s.rank : env_rank;
     if (!rc && launched > 1 && s.world != launched) {
         snprintf(err, sizeof err, "started as %d ranks, but %s is a world of %d (comm.plugin = \"mpi\" joins the launch)",

@@ -23,7 +23,8 @@ static const char sweep_usage[] =
     "  plugin of your own: --plugin-dir DIR or $MPX_PLUGIN_PATH). A finished cell is not run\n"
     "  again, even after its plugin was rebuilt at another version.\n"
     "  Killed and unfinished cells are run again (from their train_state checkpoint when\n"
-    "  they have one); failed ones only with --retry-failed.\n"
+    "  they have one), and so are cells that failed because the disk was full (ENOSPC or\n"
+    "  EDQUOT: run.json's error_kind \"disk_full\"); other failed ones only with --retry-failed.\n"
     "  -s applies to every cell, before the axes (give the same -s when resuming).\n"    "  --ranks N is -s run.ranks=N: every cell runs N data-parallel ranks (docs/RANKS.md);\n"
     "  a run.ranks axis or set entry wins over it.\n"
     "  --max-cells N runs at most N cells, in order, then stops (a long study in parts).\n"
@@ -133,6 +134,9 @@ static int decide(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *c, c
     }
     if (c->rec == MPX_REC_FAILED && !o->retry_failed) { *state = "failed"; return 0; }
     if (c->rec == MPX_REC_RUNNING) { *state = "running"; return 0; }
+    if (c->rec == MPX_REC_DISK_FULL && !o->dry_run)   /* the disk's failure, not the cell's */
+        fprintf(stderr, "mpx sweep: %s: its run failed because the disk was full (%s); running it again, as a "
+                "killed cell\n", c->name, c->rec_why);
     if (c->rec == MPX_REC_STALE && !o->dry_run) {
         int marked = mpx_sweep_mark_killed(c->dir) == 0;
         fprintf(stderr, "mpx sweep: %s: its run died without finishing its record (SIGKILL: the OOM killer or "
@@ -166,6 +170,7 @@ static const char *after_run(const mpx_sweep *sw, mpx_sweep_cell *c, const mpx_c
     case MPX_REC_FAILED: return "failed";
     case MPX_REC_SKIPPED: return "skipped";
     case MPX_REC_KILLED: return "killed";
+    case MPX_REC_DISK_FULL: return "disk-full";
     default: break;
     }
     if (oc->signal) snprintf(c->why, sizeof c->why, "mpx run died on signal %d before its record was complete "
@@ -182,6 +187,9 @@ static void report_cell(size_t k, size_t m, const mpx_sweep_cell *c, const char 
     const char *why = c->rec_why[0] ? c->rec_why : c->why;
     if (c->rec == MPX_REC_FINISHED)
         fprintf(stderr, "mpx sweep: [%zu/%zu] %s: finished in %.1f s\n", k, m, c->name, oc->seconds);
+    else if (c->rec == MPX_REC_DISK_FULL)
+        fprintf(stderr, "mpx sweep: [%zu/%zu] %s: disk-full: %s (not the cell's fault: the next mpx sweep runs it "
+                "again, without --retry-failed)\n", k, m, c->name, why);
     else
         fprintf(stderr, "mpx sweep: [%zu/%zu] %s: %s: %s\n", k, m, c->name, state, why);
 }

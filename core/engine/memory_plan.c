@@ -23,6 +23,31 @@ static uint64_t machine_memory(void)
     return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : UINT64_MAX;
 }
 
+/* The host's fp32 copy of the initial weights, the total and the limit. */
+static void finish(const mpx_session *s, mpx_memory_plan *p)
+{
+    uint64_t h;
+    if (__builtin_mul_overflow((uint64_t)s->numel, 4, &h)) p->overflow = 1;
+    p->host_staging = h;
+    p->total = p->host_staging;
+    for (int r = 0; r < MPX_ROLE_COUNT; r++)
+        if (__builtin_add_overflow(p->total, p->bytes[r], &p->total)) p->overflow = 1;
+    double limit = s->set.max_memory;
+    p->limit = limit >= 1 ? (limit < 1.8e19 ? (uint64_t)limit : UINT64_MAX) : machine_memory();
+}
+
+void mpx_memory_plan_make_eval(const mpx_session *s, mpx_memory_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    uint64_t n = s->numel;
+    p->eval = 1;
+    /* the weights and the initial fp32 weights' chunk on the backend: no grads, master
+     * or optimizer state (session.c, alloc_eval_state) */
+    add(p, MPX_ROLE_WEIGHTS, 1, mpx_dtype_size(s->prec.weights), n);
+    add(p, MPX_ROLE_SCRATCH, 1, 4, mpx_staging_elems(s, (size_t)n));
+    finish(s, p);
+}
+
 void mpx_memory_plan_make(const mpx_session *s, int n_state, mpx_memory_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -42,14 +67,7 @@ void mpx_memory_plan_make(const mpx_session *s, int n_state, mpx_memory_plan *p)
     size_t grad32, update;
     mpx_update_buffer_elems(s, (size_t)n, &grad32, &update);
     add(p, MPX_ROLE_SCRATCH, 1, 4, (uint64_t)grad32 + update + mpx_staging_elems(s, (size_t)n));
-    uint64_t h;
-    if (__builtin_mul_overflow(n, 4, &h)) p->overflow = 1;
-    p->host_staging = h;
-    p->total = p->host_staging;
-    for (int r = 0; r < MPX_ROLE_COUNT; r++)
-        if (__builtin_add_overflow(p->total, p->bytes[r], &p->total)) p->overflow = 1;
-    double limit = s->set.max_memory;
-    p->limit = limit >= 1 ? (limit < 1.8e19 ? (uint64_t)limit : UINT64_MAX) : machine_memory();
+    finish(s, p);
 }
 
 void mpx_memory_plan_text(const mpx_memory_plan *p, char *buf, size_t len)
@@ -64,16 +82,29 @@ void mpx_memory_plan_text(const mpx_memory_plan *p, char *buf, size_t len)
         snprintf(buf + used, len - used, ", host staging %.4g MB", (double)p->host_staging / 1e6);
 }
 
+static int refuse_over_limit(const mpx_session *s, const mpx_memory_plan *p, char *err, size_t errlen)
+{
+    if (!p->overflow && p->total <= p->limit) return 0;
+    char text[1024];
+    mpx_memory_plan_text(p, text, sizeof text);
+    double limit = s->set.max_memory;
+    snprintf(err, errlen, "the model state of %zu parameters needs %s%.4g GB%s (%s), more than %s (%.4g GB)",
+             s->numel, p->overflow ? "over " : "", p->overflow ? 1.8e10 : (double)p->total / 1e9,
+             p->eval ? " to evaluate" : "", text,
+             limit >= 1 ? "run.max_memory" : "this machine's physical memory", (double)p->limit / 1e9);
+    return -1;
+}
+
 int mpx_memory_plan_check(const mpx_session *s, int n_state, char *err, size_t errlen)
 {
     mpx_memory_plan p;
     mpx_memory_plan_make(s, n_state, &p);
-    if (!p.overflow && p.total <= p.limit) return 0;
-    char text[1024];
-    mpx_memory_plan_text(&p, text, sizeof text);
-    double limit = s->set.max_memory;
-    snprintf(err, errlen, "the model state of %zu parameters needs %s%.4g GB (%s), more than %s (%.4g GB)",
-             s->numel, p.overflow ? "over " : "", p.overflow ? 1.8e10 : (double)p.total / 1e9, text,
-             limit >= 1 ? "run.max_memory" : "this machine's physical memory", (double)p.limit / 1e9);
-    return -1;
+    return refuse_over_limit(s, &p, err, errlen);
+}
+
+int mpx_memory_plan_check_eval(const mpx_session *s, char *err, size_t errlen)
+{
+    mpx_memory_plan p;
+    mpx_memory_plan_make_eval(s, &p);
+    return refuse_over_limit(s, &p, err, errlen);
 }

@@ -385,6 +385,12 @@ int mpx_session_plan(mpx_session *s, char *err, size_t errlen)
     return mpx_memory_plan_check(s, n_state > 0 ? n_state : 0, err, errlen);
 }
 
+int mpx_session_plan_eval(mpx_session *s, char *err, size_t errlen)
+{
+    if (!s->offsets && plan_pieces(s, err, errlen)) return -1;
+    return mpx_memory_plan_check_eval(s, err, errlen);
+}
+
 /* The model bound to the buffers (grads.p NULL: forward-only; partitioned weights: the
  * gather hook, weight_gather.h). */
 static int bind_model(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
@@ -411,7 +417,7 @@ static int alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *er
 
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen)
 {
-    if ((!s->offsets && plan_pieces(s, err, errlen)) || mpx_shard_plan(s, err, errlen)) return -1;
+    if (mpx_session_plan_eval(s, err, errlen) || mpx_shard_plan(s, err, errlen)) return -1;
     return alloc_eval_state(s, max_batch, max_seq, err, errlen);
 }
 
@@ -479,6 +485,14 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
     /* the fp32 gradient and update the optimizer reads and writes (update_window.h) */
     if (mpx_update_plan_make(s, err, errlen)) return -1;
     return bind_model(s, max_batch, max_seq, err, errlen);
+}
+
+int64_t mpx_session_input_limit(const mpx_session *s, const char *name)
+{
+    const mpx_instance *m = &s->inst[MPX_KIND_MODEL];
+    if (!m->self || !m->rec->vt.model.input_limit) return 0;
+    int64_t limit = m->rec->vt.model.input_limit(m->self, name);
+    return limit > 0 ? limit : 0;
 }
 
 void mpx_session_close(mpx_session *s)

@@ -33,6 +33,9 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen);
 /* The parameter layout and the memory plan (memory_plan.h), nothing allocated: refuses
  * sizes that overflow and a plan over run.max_memory or the machine's memory. */
 int mpx_session_plan(mpx_session *s, char *err, size_t errlen);
+/* The same for mpx eval: the plan counts what evaluation allocates (the weights and the
+ * staging of the initial weights, memory_plan.h), against the same limit. */
+int mpx_session_plan_eval(mpx_session *s, char *err, size_t errlen);
 
 /* Allocate the flat model state and fill the weights from the model (checkpoint or
  * random init); max_batch/max_seq size the model's activations. */
@@ -40,6 +43,10 @@ int mpx_session_alloc_state(mpx_session *s, int max_batch, int max_seq, char *er
 /* The same for evaluation only (mpx eval): the weights alone — no grads, master copy or
  * optimizer state — and the model bound forward-only (mpx_model_bind.grads.p NULL). */
 int mpx_session_alloc_eval_state(mpx_session *s, int max_batch, int max_seq, char *err, size_t errlen);
+
+/* The model's bound on the values of its int32 input `name` (mpx_model_vtable.input_limit,
+ * ABI 1.14): 0 when no model is created yet, it has no such hook, or no bound. */
+int64_t mpx_session_input_limit(const mpx_session *s, const char *name);
 
 void mpx_session_close(mpx_session *s);
 

@@ -245,6 +245,14 @@ int mpx_record_row(mpx_record *r, const double *values)
     return 0;
 }
 
+const char *mpx_disk_full_errno(const char *error)
+{
+    if (!error) return NULL;
+    if (strstr(error, strerror(ENOSPC))) return "ENOSPC";
+    if (strstr(error, strerror(EDQUOT))) return "EDQUOT";
+    return NULL;
+}
+
 int mpx_record_close(mpx_record *r, const char *status, const char *error)
 {
     char when[32];
@@ -254,6 +262,14 @@ int mpx_record_close(mpx_record *r, const char *status, const char *error)
     r->csv = NULL;
     json_object_set_new(r->root, "status", json_string(status));
     json_object_set_new(r->root, "error", error ? json_string(error) : json_null());
+    /* a failure of the disk, not of the run: mpx sweep runs such a cell again */
+    const char *disk = strcmp(status, "failed") ? NULL : mpx_disk_full_errno(error);
+    json_object_del(r->root, "error_kind");
+    json_object_del(r->root, "errno");
+    if (disk) {
+        json_object_set_new(r->root, "error_kind", json_string(MPX_ERROR_KIND_DISK_FULL));
+        json_object_set_new(r->root, "errno", json_string(disk));
+    }
     json_object_set_new(r->root, "finished", json_string(mpx_now_iso(when, sizeof when)));
     json_object_set_new(r->root, "updated", json_string(when));
     keep_notes(r);

@@ -35,8 +35,16 @@ int mpx_record_row(mpx_record *r, const double *values);
 /* Rewrite run.json atomically with the current root (status unchanged). */
 int mpx_record_sync(mpx_record *r);
 
-/* Set status ("finished", "failed") and error (NULL = none), write, disarm. */
+/* Set status ("finished", "failed") and error (NULL = none), write, disarm. A failure
+ * for want of disk space also gets "error_kind": "disk_full" and "errno" ("ENOSPC" or
+ * "EDQUOT") beside its error: not the run's fault, so mpx sweep runs it again. */
 int mpx_record_close(mpx_record *r, const char *status, const char *error);
+
+#define MPX_ERROR_KIND_DISK_FULL "disk_full"
+
+/* "ENOSPC" or "EDQUOT" when the error message says a write failed for want of space
+ * (every write error in mpx ends in strerror(errno), after the file), else NULL. */
+const char *mpx_disk_full_errno(const char *error);
 
 /* Write `j` to `path` atomically (temp file in the same folder + rename). */
 int mpx_write_json_atomic(const char *path, json_t *j);

@@ -78,6 +78,8 @@ typedef enum mpx_rec_state {
     MPX_REC_RUNNING,  /* its process is alive */
     MPX_REC_STALE,    /* says running, but its process is gone */
     MPX_REC_UNREADABLE,
+    MPX_REC_DISK_FULL, /* failed for want of disk space (run.json's error_kind "disk_full"):
+                        * not the cell's fault, so run again as a killed cell is */
 } mpx_rec_state;
 
 typedef struct mpx_sweep_cell {

@@ -16,7 +16,7 @@
 const char *mpx_rec_state_name(mpx_rec_state st)
 {
     static const char *const names[] = { "none", "finished", "skipped", "failed", "killed",
-                                         "running", "stale", "unreadable" };
+                                         "running", "stale", "unreadable", "disk-full" };
     return (unsigned)st < sizeof names / sizeof *names ? names[st] : "?";
 }
 
@@ -59,7 +59,10 @@ mpx_rec_state mpx_sweep_read_state(const char *dir, char *why, size_t len)
     if (!status) snprintf(why, len, "%s: no \"status\"", path);
     else if (!strcmp(status, "finished")) st = MPX_REC_FINISHED;
     else if (!strcmp(status, "skipped")) st = MPX_REC_SKIPPED;
-    else if (!strcmp(status, "failed")) st = MPX_REC_FAILED;
+    else if (!strcmp(status, "failed")) {
+        const char *kind = json_string_value(json_object_get(j, "error_kind"));
+        st = kind && !strcmp(kind, MPX_ERROR_KIND_DISK_FULL) ? MPX_REC_DISK_FULL : MPX_REC_FAILED;
+    }
     else if (!strcmp(status, "killed")) st = MPX_REC_KILLED;
     else if (!strcmp(status, "running")) {
         const char *host = json_string_value(json_object_get(json_object_get(j, "machine"), "hostname"));
@@ -206,7 +209,8 @@ int mpx_sweep_write_index(const mpx_sweep *sw, const char *sweep_dir, const mpx_
         json_t *cj = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s}", "name", c->name, "id", c->id,
                                "folder", slash ? slash + 1 : c->dir, "dir", c->dir, "axes", c->axes,
                                "state", states[i]);
-        const char *why = !strcmp(states[i], "skipped") || !strcmp(states[i], "failed") ? c->why : NULL;
+        const char *why = !strcmp(states[i], "skipped") || !strcmp(states[i], "failed") ||
+                          !strcmp(states[i], "disk-full") ? c->why : NULL;
         if (why && !why[0]) why = c->rec_why;
         if (cj && why && why[0]) json_object_set_new(cj, "reason", json_string(why));
         json_array_append_new(list, cj);

@@ -23,9 +23,10 @@ const char *mpx_sweep_cell_status(const mpx_sweep_cell *c, const mpx_slurm_cell 
         return "running";
     default: break;
     }
-    if (c->rec == MPX_REC_FAILED) {
-        snprintf(why, len, "%s%s%s%s", c->rec_why, sc->raw[0] ? " (slurm " : "", sc->raw, sc->raw[0] ? ")" : "");
-        return "failed";
+    if (c->rec == MPX_REC_FAILED || c->rec == MPX_REC_DISK_FULL) {
+        snprintf(why, len, "%s%s%s%s%s", c->rec_why, sc->raw[0] ? " (slurm " : "", sc->raw, sc->raw[0] ? ")" : "",
+                 c->rec == MPX_REC_DISK_FULL ? "; the disk was full: the next mpx sweep runs it again" : "");
+        return c->rec == MPX_REC_FAILED ? "failed" : "disk-full";
     }
     const char *rec = c->rec == MPX_REC_NONE ? "no record" : mpx_rec_state_name(c->rec);
     switch (sc->state) {
@@ -72,7 +73,7 @@ int mpx_sweep_slurm_todo(const mpx_sweep_cell *c, const mpx_slurm_cell *sc, int 
 /* States whose cell may have trained part of the way. */
 static int progress_shown(const char *st)
 {
-    static const char *const partial[] = { "running", "killed", "stale", "preempted", "cancelled" };
+    static const char *const partial[] = { "running", "killed", "stale", "preempted", "cancelled", "disk-full" };
     for (size_t i = 0; i < sizeof partial / sizeof *partial; i++)
         if (!strcmp(st, partial[i])) return 1;
     return 0;
@@ -83,7 +84,7 @@ int mpx_sweep_print_status(const mpx_sweep *sw, const mpx_sweep_cell *cells, con
 {
     size_t done = 0, count[16] = { 0 };
     static const char *const words[] = { "finished", "skipped", "failed", "pending", "running", "preempted",
-                                         "cancelled", "killed", "stale", "todo", "unreadable" };
+                                         "cancelled", "killed", "stale", "todo", "unreadable", "disk-full" };
     const size_t n_words = sizeof words / sizeof *words;
     printf("sweep %s: %zu cells, records in %s", sw->name, sw->n_cells, sweep_dir);
     if (n_submissions) printf(" (%d Slurm submission%s, %s/slurm.json)", n_submissions, n_submissions > 1 ? "s" : "",

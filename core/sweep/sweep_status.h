@@ -5,8 +5,8 @@
 #include "sweep.h"
 #include "sweep_slurm.h"
 
-/* finished, skipped, failed, pending, running, preempted, cancelled, killed, stale, todo
- * or unreadable; the reason (Slurm's words and the record's) into why. */
+/* finished, skipped, failed, pending, running, preempted, cancelled, killed, stale, todo,
+ * unreadable or disk-full; the reason (Slurm's words and the record's) into why. */
 const char *mpx_sweep_cell_status(const mpx_sweep_cell *c, const mpx_slurm_cell *sc, char *why, size_t len);
 
 /* Whether the Slurm executor submits the cell: what the serial executor would run

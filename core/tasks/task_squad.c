@@ -399,6 +399,23 @@ static int read_keys(mpx_session *s, squad_task *d, int64_t *seq, int64_t *strid
     return rc;
 }
 
+/* Every id of the vocabulary must index the model's word embeddings: a vocab.txt longer
+ * than the model's vocab_size is refused when the task is opened (mpx check, and mpx run
+ * before training), not by the model at the first batch holding such a token. */
+static int check_vocab_fits(const squad_task *d, const mpx_session *s, char *err, size_t errlen)
+{
+    int64_t limit = mpx_session_input_limit(s, "input_ids");
+    int32_t n = mpx_bert_vocab_size(d->tok);
+    if (!limit || n <= limit) return 0;
+    const char *ckpt = "";
+    mpx_config_get_string(s->cfg, "model.checkpoint", &ckpt);
+    snprintf(err, errlen, "data.squad.vocab: %s holds %d tokens, but the model's vocab_size is %lld (%s, model.checkpoint "
+             "\"%s\"): token ids %lld to %d would index past its word embeddings; use the checkpoint's own vocab.txt",
+             d->vocab_path, (int)n, (long long)limit, s->inst[MPX_KIND_MODEL].env.label, ckpt, (long long)limit,
+             (int)n - 1);
+    return -1;
+}
+
 static int by_id(const void *a, const void *b)
 {
     return strcmp((*(const mpx_squad_question *const *)a)->id, (*(const mpx_squad_question *const *)b)->id);
@@ -452,6 +469,7 @@ int mpx_task_squad_open(mpx_task *t, mpx_session *s, int need_train, char *err, 
         snprintf(err, errlen, "data.squad.vocab: %s", e2);
         return -1;
     }
+    if (check_vocab_fits(d, s, err, errlen)) return -1;
     mpx_squad_feature_config fc = { (int32_t)seq, (int32_t)stride, (int32_t)query, 1 };
     if (need_train) {
         if (load_slice(d->train_path, n_train, sample, s->seed, &d->train_all, &d->has_train_all, &d->train,

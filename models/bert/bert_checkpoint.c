@@ -102,7 +102,8 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-/* Every tensor of `sf` that names a parameter has that parameter's shape. */
+/* Every tensor of `sf` that names a parameter has that parameter's shape and a dtype
+ * st_read_f32 reads (an F64 or BOOL tensor is refused here, not at the first load). */
 static int check_file_shapes(const bert *m, const st_file *sf, int allow_ignored)
 {
     char name[256];
@@ -112,6 +113,7 @@ static int check_file_shapes(const bert *m, const st_file *sf, int allow_ignored
         int i = bert_find_param(m, name);
         if (i < 0) return unexpected(m, sf, &sf->t[k]);
         MPX_TRY(check_shape(m, sf, &sf->t[k], (size_t)i));
+        MPX_TRY(st_check_float(m->env, sf, &sf->t[k]));
     }
     return 0;
 }
@@ -233,7 +235,8 @@ static int write_text(mpx_env *env, const char *path, const char *text, size_t l
     FILE *f = fopen(path, "wb");
     if (!f) return MPX_FAIL(env, "cannot create %s: %s", path, strerror(errno));
     size_t w = fwrite(text, 1, len, f);
-    if (fclose(f) != 0 || w != len) return MPX_FAIL(env, "cannot write %s", path);
+    /* with errno's words: mpx run records a full disk as such (record.h) */
+    if (fclose(f) != 0 || w != len) return MPX_FAIL(env, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -257,10 +260,10 @@ static int copy_vocab(bert *m, const char *dir)
     char buf[65536];
     size_t n;
     while (!rc && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        if (fwrite(buf, 1, n, g) != n) rc = MPX_FAIL(m->env, "cannot write %s", dst);
+        if (fwrite(buf, 1, n, g) != n) rc = MPX_FAIL(m->env, "cannot write %s: %s", dst, strerror(errno));
     if (!rc && ferror(f)) rc = MPX_FAIL(m->env, "cannot read %s", src);
     fclose(f);
-    if (g && fclose(g) != 0 && !rc) rc = MPX_FAIL(m->env, "cannot write %s", dst);
+    if (g && fclose(g) != 0 && !rc) rc = MPX_FAIL(m->env, "cannot write %s: %s", dst, strerror(errno));
     return rc;
 }
 

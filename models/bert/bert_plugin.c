@@ -139,6 +139,15 @@ static int vt_set_grads(void *self, mpx_arg grads)
 
 static int vt_set_weight_gather(void *self, const mpx_weight_gather *g) { return bert_set_weight_gather(self, g); }
 
+/* input_ids index the word embeddings, segment_ids the token-type ones */
+static int64_t vt_input_limit(void *self, const char *name)
+{
+    const bert *m = self;
+    if (!strcmp(name, "input_ids")) return m->cfg.vocab;
+    if (!strcmp(name, "segment_ids")) return m->cfg.type_vocab;
+    return 0;
+}
+
 static const mpx_model_vtable bert_vtable = {
     .size = sizeof(mpx_model_vtable),
     .create = bert_create, .destroy = bert_destroy,
@@ -147,6 +156,7 @@ static const mpx_model_vtable bert_vtable = {
     .init_weights = vt_init_weights, .bind = vt_bind,
     .forward = vt_forward, .backward = vt_backward, .save = vt_save,
     .set_grads = vt_set_grads, .set_weight_gather = vt_set_weight_gather,
+    .input_limit = vt_input_limit,
 };
 
 static const mpx_plugin_desc bert_desc = {

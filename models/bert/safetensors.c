@@ -214,11 +214,17 @@ static void widen16(float *dst, uint64_t n, st_dtype d)
     }
 }
 
-int st_read_f32(mpx_env *env, st_file *sf, const st_tensor *t, float *dst)
+int st_check_float(mpx_env *env, const st_file *sf, const st_tensor *t)
 {
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return MPX_FAIL(env, "%s: tensor '%s' has dtype %s (F32, F16 or BF16 expected)",
                         sf->path, t->name, t->dtype_name);
+    return 0;
+}
+
+int st_read_f32(mpx_env *env, st_file *sf, const st_tensor *t, float *dst)
+{
+    MPX_TRY(st_check_float(env, sf, t));
     uint64_t bytes = t->end - t->begin;
     if (fseeko(sf->f, (off_t)(sf->data_start + t->begin), SEEK_SET) != 0
         || fread(dst, 1, bytes, sf->f) != bytes)

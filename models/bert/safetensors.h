@@ -36,6 +36,10 @@ void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 uint64_t st_numel(const st_tensor *t);
 
+/* 0 when `t` is F32, F16 or BF16 (what st_read_f32 reads), else an error naming the
+ * file, the tensor and its dtype: checked from the header alone (mpx check). */
+int st_check_float(mpx_env *env, const st_file *sf, const st_tensor *t);
+
 /* Read an F32, F16 or BF16 tensor, widened exactly to fp32. */
 int st_read_f32(mpx_env *env, st_file *f, const st_tensor *t, float *dst);
 

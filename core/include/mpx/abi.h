@@ -43,8 +43,10 @@
  *  1.12 mpx_opt_step.flags (MPX_STEP_ADD_IN_PLACE, mpx/optimizer.h): the host may let the
  *       optimizer add its fp32 update into an fp32 param itself, bit for bit apply_update;
  *  1.13 mpx_ops.gemm_bias (optional, mpx/ops.h): a linear layer's GEMM and its bias add
- *       in one op, bit for bit gemm then bias_add. */
-#define MPX_ABI_MINOR 13
+ *       in one op, bit for bit gemm then bias_add;
+ *  1.14 mpx_model_vtable.input_limit (optional, mpx/model.h): the bound of an input's
+ *       values (input_ids below vocab_size), so a task refuses data past it when opened. */
+#define MPX_ABI_MINOR 14
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

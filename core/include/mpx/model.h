@@ -159,6 +159,15 @@ typedef struct mpx_model_vtable {
      * and its backward and releases them after. g stays valid while the model is bound;
      * the gradient buffer is whole as before. */
     int (*set_weight_gather)(void *self, const mpx_weight_gather *g);
+
+    /* ---- ABI 1.14 ---- */
+    /* Optional (NULL, or a model built before 1.14: no bound known). The exclusive upper
+     * bound of the values the int32 input tensor `name` may hold (bert-qa: input_ids
+     * below vocab_size), 0 when the model sets none. Asked after create, before any
+     * weights: the task refuses data that could hold a value past it (a vocab.txt
+     * longer than vocab_size) when it is opened, under mpx check and before training,
+     * rather than the model at its first forward. */
+    int64_t (*input_limit)(void *self, const char *name);
 } mpx_model_vtable;
 
 #endif
