@@ -376,7 +376,7 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
             snprintf(err, sizeof err, "cannot write the record %s: %s", rec.json_path, strerror(errno));
             rc = -1;
         }
-        rc = train ? mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err)
+        if (!rc) rc = train ? mpx_session_alloc_state(&s, t.max_batch, t.max_seq, err, sizeof err)
                    : mpx_session_alloc_eval_state(&s, t.max_batch, t.max_seq, err, sizeof err);
     }
     if (!rc) rc = train_and_eval(&s, &t, &rec, train, from, err, sizeof err);
