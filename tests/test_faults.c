@@ -38,7 +38,11 @@ Test(faults, a_full_disk_names_the_file_and_errno, .timeout = 60)
 Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
 {
     char *d = ts_tmpdir("faults"), path[512];
-    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/run && ln -s /dev/full %s/run/run.json.crash", d, d), 0);
+    /* the crash record's temporary is /dev/full's device node (a link there is refused as
+     * a link before the run starts: test_run_folder) */
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/run", d), 0);
+    if (ts_sh(NULL, 0, "mknod %s/run/run.json.crash c 1 7 2>/dev/null", d) != 0)
+        cr_skip_test("cannot mknod a /dev/full node here (no CAP_MKNOD): the full-disk crash record is not tested");
     int rc = ts_sh(out, sizeof out, "MPX_FAULT_AT_STEP=5 build/bin/mpx run configs/toy.cfg -s train.max_steps=10 "
                    "--out %s/run 2>&1; true", d);
     cr_expect_eq(rc, 0);

@@ -217,7 +217,7 @@ static const refusal cases[] = {
       "(truncated?)" },
     /* the record */
     { "run.json a link", "mv $D/run/run.json $D/r.json && ln -s $D/r.json $D/run/run.json", NULL, "",
-      "run.json: not a regular file" },
+      "run.json is a symbolic link" },
     { "run.json unreadable", "head -c 50 $D/run/run.json > $D/r && cat $D/r > $D/run/run.json", NULL, "",
       "cannot tell whose run this is" },
 };
@@ -241,7 +241,8 @@ Test(resume_refusals, every_refusal_names_the_cause_and_changes_nothing, .timeou
         int rc = ts_sh(out, sizeof out, "D=%s; build/bin/mpx run %s --resume $D/run 2>&1", d, c->args);
         cr_expect_eq(rc, 1, "%s: exit %d: %s", c->what, rc, out);
         cr_expect(strstr(out, c->needle) != NULL, "%s: the message does not say \"%s\": %s", c->what, c->needle, out);
-        cr_expect(strstr(out, "nothing in") != NULL, "%s: the message does not say nothing changed: %s", c->what, out);
+        cr_expect(strstr(out, "nothing in") || strstr(out, "nothing was changed"),
+                  "%s: the message does not say nothing changed: %s", c->what, out);
         int same = ts_sh(out, sizeof out, "diff -r --no-dereference -x mpx.lock %s/before %s/run 2>&1", d, d);
         cr_expect_eq(same, 0, "%s: the run folder changed: %s", c->what, out);
     }
