@@ -202,3 +202,33 @@ Test(hostile_config, a_policy_naming_no_preset_is_refused_by_check_and_named)
     rc = check("--plugin-dir build/test-plugins -s 'precision.plugin=\"bad-preset\"' -s 'precision.loss_scale=\"pytorch\"'");
     cr_expect_eq(rc, 0, "%s", out);
 }
+
+/* Found by make fuzz (config and sweep targets, this session): libconfig's scanner ends
+ * the process ("input in flex scanner failed", exit 2, no mpx message) when it reads a
+ * folder, and mpx's own scan stopped at a NUL byte that libconfig reads past. So a config
+ * or sweep file that @includes a folder ("." or ""), a config path that is a folder, a
+ * file holding a NUL byte, and a -s value with a line break (which could start an
+ * @include) are refused by mpx, exit 1, naming the file and line. */
+Test(hostile_config, folders_nul_bytes_and_line_breaks_never_reach_libconfigs_scanner)
+{
+    char *d = ts_tmpdir("hostile-include"), path[600], extra[800];
+    snprintf(path, sizeof path, "%s/inc.cfg", d);
+    ts_write_file(path, "run = { seed = 1; };\n@include \".\"\n");
+    int rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", path);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "inc.cfg:2: @include \".\"") && strstr(out, "is not a regular file"), "%s", out);
+    /* the same in a sweep file: mpx sweep's usage errors exit 2, with mpx's message */
+    rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
+    cr_expect(rc != 0 && strstr(out, "is not a regular file") != NULL, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "flex") == NULL, "%s", out);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", d);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "not a regular file") != NULL, "%s", out);
+    snprintf(path, sizeof path, "%s/nul.cfg", d);
+    cr_assert_eq(ts_sh(NULL, 0, "printf 'run = { seed = 1; };\\n# a\\000b\\n@include \"\"\\n' > %s", path), 0);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", path);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "nul.cfg:2: a NUL byte") != NULL, "%s", out);
+    snprintf(extra, sizeof extra, "-s \"$(printf 'run.seed=1;\\n@include \".\"')\"");
+    expect_refused(extra, "a line break", NULL);
+}

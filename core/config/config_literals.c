@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config_literals.h"
 
@@ -86,13 +87,35 @@ static void dotted_groups(char groups[][128], int depth, const char *prefix, cha
         if (groups[g][0]) snprintf(out + strlen(out), len - strlen(out), "%s.", groups[g]);
 }
 
-static void follow_include(const char *name, const scan_ctx *c, char groups[][128], int depth, mpx_errs *e)
+/* Newlines in the first n bytes of text. */
+static int line_of(const char *text, size_t n)
+{
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
+    return lines;
+}
+
+/* A file libconfig may read: a missing one it reports itself, but a folder, a device or
+ * a FIFO would end the process inside its scanner ("input in flex scanner failed",
+ * exit) or block it, so those are refused here, before libconfig sees the file. */
+static int readable_kind(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) != 0 || S_ISREG(st.st_mode);
+}
+
+static void follow_include(const char *name, const scan_ctx *c, char groups[][128], int depth, int line, mpx_errs *e)
 {
     char path[4096], prefix[1200];
     if (c->depth >= MAX_INCLUDE_DEPTH) return; /* libconfig refuses it */
     int n = c->include_dir && name[0] != '/' ? snprintf(path, sizeof path, "%s/%s", c->include_dir, name)
                                              : snprintf(path, sizeof path, "%s", name);
     if (n < 0 || (size_t)n >= sizeof path) return; /* libconfig cannot open it either */
+    if (!name[0] || !readable_kind(path)) {
+        mpx_errs_add(e, "%s:%d: @include \"%.200s\": %.300s is not a regular file (a folder, a device or a pipe?)",
+                     c->file, line, name, path);
+        return;
+    }
     dotted_groups(groups, depth, c->prefix, prefix, sizeof prefix);
     scan_file(path, c, prefix, e);
 }
@@ -114,7 +137,7 @@ static void scan(const char *text, const scan_ctx *c, mpx_errs *e)
             char name[4096];
             const char *after = include_at(p, name, sizeof name);
             if (after) {
-                follow_include(name, c, groups, depth, e);
+                follow_include(name, c, groups, depth, line, e);
                 p = after;
                 line_start = 0;
                 continue;
@@ -174,10 +197,12 @@ void mpx_config_scan_int_literals(const char *text, const char *file, const char
     scan(text, &c, e);
 }
 
-/* The file's text, NUL-terminated (malloc'd); NULL (no error) when it cannot be opened. */
-static char *slurp(const char *path, int *too_big)
+/* The file's text, NUL-terminated (malloc'd); NULL (no error) when it cannot be opened.
+ * *nul: the text holds a NUL byte (never in a config file, and where the scan would stop
+ * while libconfig reads on). */
+static char *slurp(const char *path, int *too_big, int *nul)
 {
-    *too_big = 0;
+    *too_big = *nul = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL; /* libconfig reports the unreadable file */
     size_t cap = 1 << 16, n = 0;
@@ -195,14 +220,20 @@ static char *slurp(const char *path, int *too_big)
     fclose(f);
     if (!text) *too_big = 1;
     else text[n] = 0;
+    if (text && memchr(text, 0, n)) *nul = 1;
     return text;
 }
 
 static void scan_file(const char *path, const scan_ctx *outer, const char *prefix, mpx_errs *e)
 {
-    int too_big;
-    char *text = slurp(path, &too_big);
+    int too_big, nul;
+    char *text = slurp(path, &too_big, &nul);
     if (too_big) mpx_errs_add(e, "%s: cannot read the config file (over 64 MiB or out of memory)", path);
+    if (nul) {
+        mpx_errs_add(e, "%s:%d: a NUL byte: not a text file", path, 1 + line_of(text, strlen(text)));
+        free(text);
+        return;
+    }
     if (!text) return;
     scan_ctx c = { path, NULL, NULL, prefix, outer->include_dir, outer->depth + 1 };
     scan(text, &c, e);
@@ -213,6 +244,10 @@ int mpx_config_scan_file_int_literals(const char *path, const char *include_dir,
 {
     int before = e->n;
     scan_ctx top = { path, NULL, NULL, "", include_dir, -1 }; /* the file itself is depth 0 */
+    if (!readable_kind(path)) {
+        mpx_errs_add(e, "%s: not a regular file (a folder, a device or a pipe?)", path);
+        return -1;
+    }
     scan_file(path, &top, "", e);
     return e->n > before ? -1 : 0;
 }

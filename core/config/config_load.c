@@ -25,6 +25,12 @@ static char *trim(char *s)
 /* Parses VALUE as the one setting "x" of `tmp`. */
 static int parse_literal(config_t *tmp, const char *value, const char *where, mpx_errs *e)
 {
+    /* one literal on one line: a line break could start an `@include` that libconfig would
+     * follow from the working folder (of a folder, its scanner ends the process) */
+    if (strpbrk(value, "\n\r")) {
+        mpx_errs_add(e, "%s: malformed value (a line break: a value is one libconfig literal on one line)", where);
+        return -1;
+    }
     size_t n = strlen(value) + 8;
     char *text = malloc(n);
     if (!text) { mpx_errs_add(e, "%s: out of memory", where); return -1; }
