@@ -455,11 +455,11 @@ static void forest(FILE *f, const pair_row *p, size_t n, int f1)
         hi = fmax(hi, fmax(m->hi, isnan(m->hi_seeds) ? m->hi : m->hi_seeds));
     }
     if (hi - lo < 1e-9) lo -= 1, hi += 1;
-    int w = 420, lm = 10, rm = 10, h = (int)n * 24 + 40;
+    int w = 460, lm = 130, rm = 10, h = (int)n * 24 + 40;
 #define FX(v) (lm + ((v) - lo) / (hi - lo) * (w - lm - rm))
     fprintf(f, "<svg class=\"forest\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" data-metric=\"%s\">\n", w, h, w, h,
             f1 ? "f1" : "exact_match");
-    fprintf(f, "<text class=\"ptitle\" x=\"%d\" y=\"14\">Δ %s, points (B − A)</text>\n", lm, f1 ? "F1" : "EM");
+    fprintf(f, "<text class=\"ptitle\" x=\"4\" y=\"14\">Δ %s, points (B − A)</text>\n", f1 ? "F1" : "EM");
     fprintf(f, "<line class=\"zero\" x1=\"%.1f\" x2=\"%.1f\" y1=\"20\" y2=\"%d\"/>\n", FX(0), FX(0), h - 18);
     for (size_t i = 0; i < n; i++) {
         const mpx_paired_metric *m = f1 ? &p[i].r.f1 : &p[i].r.em;
@@ -467,6 +467,9 @@ static void forest(FILE *f, const pair_row *p, size_t n, int f1)
         if (!isnan(m->lo_seeds))
             fprintf(f, "<line class=\"seeds\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>\n", FX(m->lo_seeds),
                     FX(m->hi_seeds), y, y);
+        fprintf(f, "<text class=\"tick\" x=\"4\" y=\"%.1f\">", y + 4);
+        esc(f, p[i].label);
+        fputs("</text>", f);
         fprintf(f, "<line class=\"ci\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>"
                    "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\"><title>", FX(m->lo), FX(m->hi), y, y, FX(m->diff), y);
         esc(f, p[i].label);
