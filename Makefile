@@ -96,7 +96,8 @@ bench: all $(BENCHES)
 	@bash tests/run-bench.sh
 
 # The main job on embedded defaults: the five precision policies on a SQuAD slice with
-# MiniLM-L6 (configs/sweeps/quick.cfg), its matrix and a loss plot. Resumable.
+# MiniLM-L6 (configs/sweeps/quick.cfg), its matrix, a loss plot and the HTML report
+# (runs/quick/report.html, its path printed last). Resumable.
 run: all
 	@mkdir -p $(BUILD) && date +%s.%N > $(BUILD)/run.started
 	$(MAKE) --no-print-directory data
@@ -115,6 +116,9 @@ run: all
 	@awk -v t0="$$(cat $(BUILD)/run.started)" -v t1="$$(date +%s.%N)" \
 	    'BEGIN { s = t1 - t0; printf "make run: wall time %d min %04.1f s (this invocation; finished cells are not re-run)\n", s / 60, s - 60 * int(s / 60) }'
 	@rm -f $(BUILD)/run.started
+	@echo
+	@echo "== the report: open it in a browser (one file, nothing from a network) =="
+	@$(BUILD)/bin/mpx report runs/quick -o runs/quick/report.html --base fp32
 
 clean:
 	rm -rf $(BUILD)

@@ -422,3 +422,12 @@ void mpx_matrix_free(mpx_matrix *m)
     json_decref(m->cols);
     memset(m, 0, sizeof *m);
 }
+
+const char **mpx_matrix_finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c, size_t *n)
+{
+    const char **d = calloc(c->n_runs + 1, sizeof *d);
+    *n = 0;
+    for (size_t i = 0; d && i < c->n_runs; i++)
+        if (!strcmp(m->runs[c->runs[i]].status, "finished")) d[(*n)++] = m->runs[c->runs[i]].dir;
+    return d;
+}

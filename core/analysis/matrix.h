@@ -57,6 +57,10 @@ int mpx_matrix_build(mpx_matrix *m, const char *dir, const char *row_key, const 
                      const char *metrics, const mpx_registry *reg, char *err, size_t errlen);
 void mpx_matrix_free(mpx_matrix *m);
 
+/* The finished runs' folders of one cell (malloc'd array of borrowed strings, *n of
+ * them; NULL when out of memory). */
+const char **mpx_matrix_finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c, size_t *n);
+
 /* matrix_render.c: "md", "csv" or "json" to f. */
 int mpx_matrix_render(const mpx_matrix *m, const char *format, FILE *f);
 

@@ -83,13 +83,9 @@ int mpx_bootstrap_runs(const double *const *a, size_t n_a, const double *const *
     return 0;
 }
 
-typedef struct scores {
-    size_t n, cap;
-    char **id;
-    double *em, *f1;
-} scores;
+typedef mpx_question_scores scores;
 
-static void scores_free(scores *s)
+void mpx_question_scores_free(scores *s)
 {
     for (size_t i = 0; i < s->n; i++) free(s->id[i]);
     free(s->id);
@@ -118,7 +114,7 @@ static int scores_push(scores *s, const char *id, double em, double f1)
     return 0;
 }
 
-static int scores_read(const char *dir, scores *s, char *err, size_t errlen)
+int mpx_question_scores_read(const char *dir, scores *s, char *err, size_t errlen)
 {
     char path[4200], line[512];
     snprintf(path, sizeof path, "%s/question_scores.csv", dir);
@@ -153,7 +149,7 @@ static int scores_read(const char *dir, scores *s, char *err, size_t errlen)
         snprintf(err, errlen, "%.2000s: no questions", path);
         rc = -1;
     }
-    if (rc) scores_free(s);
+    if (rc) mpx_question_scores_free(s);
     return rc;
 }
 
@@ -206,14 +202,14 @@ static int add_group(const char *const *dirs, size_t n, const char *ref_dir, con
 {
     for (size_t r = 0; r < n; r++) {
         scores s;
-        if (scores_read(dirs[r], &s, err, errlen)) return -1;
+        if (mpx_question_scores_read(dirs[r], &s, err, errlen)) return -1;
         size_t i = 0;
         while (i < s.n && i < ref->n && !strcmp(s.id[i], ref->id[i])) i++;
         if (i < s.n || i < ref->n) {
             snprintf(err, errlen, "%.1500s/question_scores.csv: question %zu is %s, but %.1500s has %s: paired "
                      "comparisons need the same questions in the same order", dirs[r], i + 1,
                      i < s.n ? s.id[i] : "(none)", ref_dir, i < ref->n ? ref->id[i] : "(none)");
-            scores_free(&s);
+            mpx_question_scores_free(&s);
             return -1;
         }
         for (size_t k = 0; k < ref->n; k++) {
@@ -221,7 +217,7 @@ static int add_group(const char *const *dirs, size_t n, const char *ref_dir, con
             f1[k] += s.f1[k];
         }
         int rc = note_run(rm, s.em, s.f1, s.n);
-        scores_free(&s);
+        mpx_question_scores_free(&s);
         if (rc) {
             snprintf(err, errlen, "out of memory");
             return -1;
@@ -334,7 +330,7 @@ int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, s
         return -1;
     }
     scores ref = { 0 };
-    if (scores_read(a[0], &ref, err, errlen)) return -1;
+    if (mpx_question_scores_read(a[0], &ref, err, errlen)) return -1;
     size_t n = ref.n;
     double *ea = calloc(n, sizeof *ea), *fa = calloc(n, sizeof *fa);
     double *eb = calloc(n, sizeof *eb), *fb = calloc(n, sizeof *fb);
@@ -383,6 +379,6 @@ done:
     free(fb);
     run_means_free(&ra);
     run_means_free(&rb);
-    scores_free(&ref);
+    mpx_question_scores_free(&ref);
     return rc;
 }

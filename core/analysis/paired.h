@@ -43,6 +43,17 @@ typedef struct mpx_paired_result {
     char build_note[1024];
 } mpx_paired_result;
 
+/* One run's DIR/question_scores.csv: question ids in file order, EM (0 or 1) and F1 (0..1). */
+typedef struct mpx_question_scores {
+    size_t n, cap;
+    char **id;
+    double *em, *f1;
+} mpx_question_scores;
+
+/* 0, or -1 with err naming the file and line. */
+int mpx_question_scores_read(const char *dir, mpx_question_scores *s, char *err, size_t errlen);
+void mpx_question_scores_free(mpx_question_scores *s);
+
 /* The mean of v and the bootstrap interval of the mean at `level` (0.95). */
 int mpx_bootstrap_mean(const double *v, size_t n, size_t resamples, uint64_t seed, double level,
                        double *mean, double *lo, double *hi);

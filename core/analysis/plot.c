@@ -227,18 +227,22 @@ static int ends_with(const char *s, const char *suffix)
     return n > m && !strcasecmp(s + n - m, suffix);
 }
 
-/* The loss as the mean of the last `window` finite values (the first ones over fewer). */
+void mpx_trailing_mean(const double *v, size_t n, size_t window, double *out)
+{
+    double sum = 0;
+    size_t have = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(v[i])) sum += v[i], have++;
+        if (i >= window && isfinite(v[i - window])) sum -= v[i - window], have--;
+        out[i] = have ? sum / (double)have : NAN;
+    }
+}
+
 static int smooth_loss(curve *c, size_t window)
 {
-    double *m = malloc((c->n ? c->n : 1) * sizeof *m), sum = 0;
-    size_t have = 0;
+    double *m = malloc((c->n ? c->n : 1) * sizeof *m);
     if (!m) return -1;
-    for (size_t i = 0; i < c->n; i++) {
-        double v = c->v[0][i];
-        if (isfinite(v)) sum += v, have++;
-        if (i >= window && isfinite(c->v[0][i - window])) sum -= c->v[0][i - window], have--;
-        m[i] = have ? sum / (double)have : NAN;
-    }
+    mpx_trailing_mean(c->v[0], c->n, window, m);
     free(c->v[0]);
     c->v[0] = m;
     return 0;

@@ -12,4 +12,8 @@
  * losses of small batches). Returns 0, or -1 with err. */
 int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t smooth, char *err, size_t errlen);
 
+/* out[i]: the mean of the finite values among v[i-window+1..i] (the first ones over
+ * fewer; NaN when none): a loss curve of small, noisy batches smoothed. */
+void mpx_trailing_mean(const double *v, size_t n, size_t window, double *out);
+
 #endif

@@ -77,13 +77,19 @@ static int append(mpx_scale_line *l, double step, double mn, double mx)
 
 int mpx_plot_scales_add(mpx_plot_scales *ps, const char *dir, const char *label, char *err, size_t errlen)
 {
+    return mpx_plot_group_columns_add(ps, dir, label, "scale_min", "scale_max", err, errlen);
+}
+
+int mpx_plot_group_columns_add(mpx_plot_scales *ps, const char *dir, const char *label, const char *col_min,
+                               const char *col_max, char *err, size_t errlen)
+{
     char path[PATH_MAX + 32], line[4096];
     snprintf(path, sizeof path, "%s/diagnostics.csv", dir);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     if (!fgets(line, sizeof line, f)) { fclose(f); return 0; }
     int c_step = column_index(line, "step"), c_group = column_index(line, "group");
-    int c_min = column_index(line, "scale_min"), c_max = column_index(line, "scale_max");
+    int c_min = column_index(line, col_min), c_max = column_index(line, col_max);
     int rc = 0;
     size_t first = ps->n;
     while (c_step >= 0 && c_group >= 0 && c_min >= 0 && c_max >= 0 && !rc && fgets(line, sizeof line, f)) {

@@ -24,6 +24,11 @@ typedef struct mpx_plot_scales {
  * (out of memory); a missing or older file is no error. */
 int mpx_plot_scales_add(mpx_plot_scales *ps, const char *dir, const char *label, char *err, size_t errlen);
 
+/* The same for any two per-group columns of diagnostics.csv (stalled_frac and
+ * underflow_frac for the report): col_min's values land in min, col_max's in max. */
+int mpx_plot_group_columns_add(mpx_plot_scales *ps, const char *dir, const char *label, const char *col_min,
+                               const char *col_max, char *err, size_t errlen);
+
 /* The data: one block per line (gnuplot index), rows "step<TAB>min<TAB>max". */
 int mpx_plot_scales_write(const mpx_plot_scales *ps, const char *path);
 

@@ -29,6 +29,7 @@ int mpx_cmd_matrix(int argc, char **argv);
 int mpx_cmd_diff(int argc, char **argv);
 int mpx_cmd_paired(int argc, char **argv);
 int mpx_cmd_plot(int argc, char **argv);
+int mpx_cmd_report(int argc, char **argv);
 int mpx_cmd_eval(int argc, char **argv);
 
 #endif

@@ -43,16 +43,6 @@ static void value_text(json_t *v, char *buf, size_t n)
     free(t);
 }
 
-/* The finished runs' folders of one cell (malloc'd array, *n of them). */
-static const char **finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c, size_t *n)
-{
-    const char **d = calloc(c->n_runs + 1, sizeof *d);
-    *n = 0;
-    for (size_t i = 0; d && i < c->n_runs; i++)
-        if (!strcmp(m->runs[c->runs[i]].status, "finished")) d[(*n)++] = m->runs[c->runs[i]].dir;
-    return d;
-}
-
 /* The row whose --rows value reads `base`, or -1 with an error naming the rows there are. */
 static long base_row(const mpx_matrix *m, const char *base)
 {
@@ -91,12 +81,12 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
     FILE *notes = open_memstream(&note_text, &note_len);
     for (size_t c = 0; c < nc; c++) {
         size_t na;
-        const char **a = finished_dirs(m, &m->cells[b * nc + c], &na);
+        const char **a = mpx_matrix_finished_dirs(m, &m->cells[b * nc + c], &na);
         value_text(json_array_get(m->cols, c), col, sizeof col);
         for (size_t r = 0; a && r < nr; r++) {
             if (r == b) continue;
             size_t nb;
-            const char **bd = finished_dirs(m, &m->cells[r * nc + c], &nb);
+            const char **bd = mpx_matrix_finished_dirs(m, &m->cells[r * nc + c], &nb);
             value_text(json_array_get(m->rows, r), text, sizeof text);
             fprintf(f, "| %s%s%s | ", text, m->col_key ? " / " : "", m->col_key ? col : "");
             mpx_paired_result pr;

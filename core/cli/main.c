@@ -39,6 +39,10 @@ static const char usage[] =
     "         [--resamples N] [--seed S]  bootstrap interval and each group's seed-to-seed sd\n"
     "  plot RUNS... -o FILE.svg|.png      loss, loss scale and lr against step (gnuplot; --smooth\n"
     "       [--smooth N]                  N: the loss as the mean of its last N steps)\n"
+    "  report RUNS... -o FILE.html        one self-contained HTML page: the matrix of every metric,\n"
+    "         [--rows KEY] [--cols KEY]   the paired comparison against --base ROW (forest plot),\n"
+    "         [--base ROW] [--smooth N]   curves (SVG, legend toggles), and each run's precision,\n"
+    "                                     config diff, notes, memory, provenance and wall times\n"
     "  squad-eval DATA.json PRED.json     the official SQuAD v1.1 EM/F1 of a predictions file\n"
     "             [--per-question OUT.csv]  (and each answered question's EM/F1)\n"
     "  help                               this text\n"
@@ -81,6 +85,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "diff")) return mpx_cmd_diff(argc - 2, argv + 2);
     if (!strcmp(cmd, "paired")) return mpx_cmd_paired(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return mpx_cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report")) return mpx_cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "squad-eval")) {
         argv[1] = (char *)"mpx squad-eval"; /* its usage names the command so */
         return mpx_squad_eval_main(argc - 1, argv + 1);

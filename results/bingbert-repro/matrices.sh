@@ -31,3 +31,7 @@ table comm --rows precision.comm_dtype --metric exact_match,f1,final_loss_mean,m
 table pure-bf16-seeds --rows precision.rounding --cols run.seed --metric exact_match,f1,final_loss_mean
 table main-rebuild --rows precision.plugin --metric exact_match,f1,final_loss_mean,train_seconds
 table main-rebuild-seeds --rows precision.plugin --cols run.seed --metric exact_match,f1,final_loss_mean,train_seconds
+
+# The study's HTML report (mpx report: matrix, paired forest plot, curves, per-run records),
+# one file beside this script; its path goes to stderr, the tables above to stdout.
+"$MPX" report "$S/main" -o "$S/report.html" --base fp32 >&2 || printf '(mpx report failed: see above)\n' >&2
