@@ -3,7 +3,7 @@
 # stops the target and leaves crash-* under build/fuzz/. Not part of make test.
 FUZZ_CC      ?= clang-14
 FUZZ_RUNS    ?= 1000000
-FUZZ_TARGETS := config sweep squad predictions vocab safetensors bert_config train_state
+FUZZ_TARGETS := config sweep squad predictions vocab safetensors bert_config train_state records
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := $(CSTD) -Wall -Wextra -Wno-unused-parameter -g -O1 $(FUZZ_SAN) -Icore/include $(PKG_CFLAGS)
 FUZZ_SRCS    := $(LIB_SRCS) tests/support/test_host.c models/bert/safetensors.c models/bert/bert_config.c

@@ -12,15 +12,22 @@
 
 static inline int mkdir_p(const char *dir) { return mkdir(dir, 0700) != 0 && access(dir, W_OK) != 0; }
 
-/* `data` as the file NAME in this process's fuzz folder; returns its path (static). */
-static inline const char *fuzz_file(const char *name, const uint8_t *data, size_t size)
+/* This process's fuzz folder, made on the first call. */
+static inline const char *fuzz_dir(void)
 {
-    static char dir[64], path[160];
+    static char dir[64];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/dev/shm/mpx-fuzz-%ld", (long)getpid());
         if (mkdir_p(dir)) abort();
     }
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return dir;
+}
+
+/* `data` as the file NAME in this process's fuzz folder; returns its path (static). */
+static inline const char *fuzz_file(const char *name, const uint8_t *data, size_t size)
+{
+    static char path[160];
+    snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
     return path;
