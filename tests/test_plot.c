@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "../core/analysis/sweep_read.h"
 #include "support/shell.h"
 
 static const char *two_runs(void)
@@ -177,4 +178,20 @@ Test(plot, scale_trace_panel_when_the_columns_exist)
     cr_expect(strstr(gp, "set multiplot layout 3,1") && !strstr(gp, "scales.tsv"), "older run:\n%s", gp);
     free(gp);
     ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
+/* A sweep index whose cell for this folder has no name string (a hand-edited or damaged
+ * sweep.json): the legend falls back to run.name instead of printf's "(null)" (found
+ * reading sweep_read.c for make fuzz's fuzz_records; %s of NULL is undefined). */
+Test(plot, a_cell_without_a_name_string_is_labelled_by_run_name)
+{
+    const char *dir = ts_tmpdir("plot-label");
+    char path[PATH_MAX], run[PATH_MAX], label[256];
+    snprintf(path, sizeof path, "%s/sweep.json", dir);
+    ts_write_file(path, "{\"cells\": [{\"folder\": \"a\", \"name\": 7}]}");
+    snprintf(run, sizeof run, "%s/a", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", run), 0);
+    json_t *rec = json_pack("{s:{s:{s:{s:s}}}}", "config", "effective", "run", "name", "alpha_run");
+    cr_assert_str_eq(mpx_run_label(run, rec, label, sizeof label), "alpha_run");
+    json_decref(rec);
 }

@@ -236,8 +236,9 @@ static const char *name_from_index(const char *dir, char *buf, size_t len)
     const char *found = NULL;
     json_array_foreach(json_object_get(idx, "cells"), i, c) {
         const char *f = json_string_value(json_object_get(c, "folder"));
-        if (f && !strcmp(f, folder)) {
-            snprintf(buf, len, "%s", json_string_value(json_object_get(c, "name")));
+        const char *name = json_string_value(json_object_get(c, "name"));
+        if (f && name && !strcmp(f, folder)) {   /* a cell without a name string: not its name */
+            snprintf(buf, len, "%s", name);
             found = buf;
             break;
         }
