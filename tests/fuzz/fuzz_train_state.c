@@ -28,8 +28,7 @@ static char folder[200], from[260];
 
 static void setup(void)
 {
-    const char *dir = fuzz_file("x", (const uint8_t *)"", 0);   /* makes the per-process folder */
-    snprintf(folder, sizeof folder, "%.*s/run", (int)(strrchr(dir, '/') - dir), dir);
+    snprintf(folder, sizeof folder, "%s/run", fuzz_dir());
     snprintf(from, sizeof from, "%s/train_state", folder);
     if (mkdir_p(folder) || mkdir_p(from)) abort();
     FILE *f = fopen("tests/fuzz/seed-files/train_state.txt", "rb");
