@@ -208,7 +208,8 @@ Test(hostile_config, a_policy_naming_no_preset_is_refused_by_check_and_named)
  * folder, and mpx's own scan stopped at a NUL byte that libconfig reads past. So a config
  * or sweep file that @includes a folder ("." or ""), a config path that is a folder, a
  * file holding a NUL byte, and a -s value with a line break (which could start an
- * @include) are refused by mpx, exit 1, naming the file and line. */
+ * @include) are refused by mpx, exit 1, naming the file and line. /dev/null stays a
+ * valid, empty config (mpx plugins --compat reads it). */
 Test(hostile_config, folders_nul_bytes_and_line_breaks_never_reach_libconfigs_scanner)
 {
     char *d = ts_tmpdir("hostile-include"), path[600], extra[800];
@@ -223,7 +224,7 @@ Test(hostile_config, folders_nul_bytes_and_line_breaks_never_reach_libconfigs_sc
     cr_expect(strstr(out, "flex") == NULL, "%s", out);
     rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", d);
     cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
-    cr_expect(strstr(out, "not a regular file") != NULL, "%s", out);
+    cr_expect(strstr(out, "a folder, not a config file") != NULL, "%s", out);
     snprintf(path, sizeof path, "%s/nul.cfg", d);
     cr_assert_eq(ts_sh(NULL, 0, "printf 'run = { seed = 1; };\\n# a\\000b\\n@include \"\"\\n' > %s", path), 0);
     rc = ts_sh(out, sizeof out, "build/bin/mpx check %s 2>&1", path);
@@ -231,4 +232,6 @@ Test(hostile_config, folders_nul_bytes_and_line_breaks_never_reach_libconfigs_sc
     cr_expect(strstr(out, "nul.cfg:2: a NUL byte") != NULL, "%s", out);
     snprintf(extra, sizeof extra, "-s \"$(printf 'run.seed=1;\\n@include \".\"')\"");
     expect_refused(extra, "a line break", NULL);
+    rc = ts_sh(out, sizeof out, "build/bin/mpx check /dev/null -s 'data.task=\"toy\"' 2>&1");
+    cr_expect(strstr(out, "folder") == NULL && strstr(out, "flex") == NULL, "/dev/null: %s", out);
 }

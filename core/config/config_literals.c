@@ -95,13 +95,15 @@ static int line_of(const char *text, size_t n)
     return lines;
 }
 
-/* A file libconfig may read: a missing one it reports itself, but a folder, a device or
- * a FIFO would end the process inside its scanner ("input in flex scanner failed",
- * exit) or block it, so those are refused here, before libconfig sees the file. */
-static int readable_kind(const char *path)
+/* A file libconfig may read: a missing one it reports itself, but reading a folder
+ * ends the process inside its scanner ("input in flex scanner failed", exit 2), so a
+ * folder is refused here, before libconfig sees it. The config itself may be a device
+ * (/dev/null is a fine empty config: mpx plugins --compat checks pairs on it); what it
+ * @includes must be a regular file (not /dev/stdin, a tty or a pipe to wait on). */
+static int readable_kind(const char *path, int include)
 {
     struct stat st;
-    return stat(path, &st) != 0 || S_ISREG(st.st_mode);
+    return stat(path, &st) != 0 || (include ? S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode));
 }
 
 static void follow_include(const char *name, const scan_ctx *c, char groups[][128], int depth, int line, mpx_errs *e)
@@ -111,8 +113,8 @@ static void follow_include(const char *name, const scan_ctx *c, char groups[][12
     int n = c->include_dir && name[0] != '/' ? snprintf(path, sizeof path, "%s/%s", c->include_dir, name)
                                              : snprintf(path, sizeof path, "%s", name);
     if (n < 0 || (size_t)n >= sizeof path) return; /* libconfig cannot open it either */
-    if (!name[0] || !readable_kind(path)) {
-        mpx_errs_add(e, "%s:%d: @include \"%.200s\": %.300s is not a regular file (a folder, a device or a pipe?)",
+    if (!name[0] || !readable_kind(path, 1)) {
+        mpx_errs_add(e, "%s:%d: @include \"%.200s\": %.300s is not a regular file (a folder, a device, a pipe?)",
                      c->file, line, name, path);
         return;
     }
@@ -244,8 +246,8 @@ int mpx_config_scan_file_int_literals(const char *path, const char *include_dir,
 {
     int before = e->n;
     scan_ctx top = { path, NULL, NULL, "", include_dir, -1 }; /* the file itself is depth 0 */
-    if (!readable_kind(path)) {
-        mpx_errs_add(e, "%s: not a regular file (a folder, a device or a pipe?)", path);
+    if (!readable_kind(path, 0)) {
+        mpx_errs_add(e, "%s: a folder, not a config file", path);
         return -1;
     }
     scan_file(path, &top, "", e);
