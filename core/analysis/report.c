@@ -462,8 +462,13 @@ static void forest(FILE *f, const pair_row *p, size_t n, int f1)
         fprintf(f, "<text class=\"tick\" x=\"4\" y=\"%.1f\">", y + 4);
         esc(f, p[i].label);
         fputs("</text>", f);
+        /* the numbers at full precision too, as the matrix cells carry theirs */
+        char ls[32] = "", hs[32] = "";
+        if (!isnan(m->lo_seeds)) snprintf(ls, sizeof ls, "%.17g", m->lo_seeds), snprintf(hs, sizeof hs, "%.17g", m->hi_seeds);
         fprintf(f, "<line class=\"ci\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>"
-                   "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\"><title>", FX(m->lo), FX(m->hi), y, y, FX(m->diff), y);
+                   "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" data-diff=\"%.17g\" data-lo=\"%.17g\" "
+                   "data-hi=\"%.17g\" data-lo-seeds=\"%s\" data-hi-seeds=\"%s\"><title>", FX(m->lo), FX(m->hi), y, y,
+                FX(m->diff), y, m->diff, m->lo, m->hi, ls, hs);
         esc(f, p[i].label);
         fprintf(f, ": %+.2f [%+.2f, %+.2f]</title></circle>\n", m->diff, m->lo, m->hi);
     }
