@@ -2,7 +2,11 @@
  * self-contained and escapes what users name; opened in headless Chromium, its matrix
  * cells equal `mpx matrix --format json`, the loss panel has one curve per run, and no
  * script error was raised; a screenshot is saved. Without a chromium on PATH the browser
- * test skips, saying so. */
+ * test skips, saying so. A toy sweep with a failed, a skipped and a killed cell: each
+ * matrix line says its status and the reason sweep.json or the record holds. Runs of the
+ * tiny BERT (configs/tiny_squad.cfg, two policies x two seeds): the forest plot holds
+ * the numbers `mpx paired --format json` prints, the per-question lists the ids where
+ * the two runs' question_scores.csv disagree on EM, and no SQuAD text. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
@@ -14,21 +18,52 @@
 
 #include "support/shell.h"
 
+/* mpx sweep of BASE over AXES (libconfig text) with the outputs under DIR/out and the
+ * options EXTRA; asserts the exit code is RC; returns the sweep folder (static). */
+static const char *sweep_in(const char *dir, const char *base, const char *axes, const char *extra, int rc)
+{
+    static char sweep[PATH_MAX];
+    char path[PATH_MAX], text[PATH_MAX + 2048], cwd[PATH_MAX], out[8192];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    snprintf(path, sizeof path, "%s/s.cfg", dir);
+    snprintf(text, sizeof text, "name = \"s\";\nbase = \"%s/%s\";\naxes = ( %s );\n", cwd, base, axes);
+    ts_write_file(path, text);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' %s 2>&1", path, dir,
+                       extra), rc, "mpx sweep: %s", out);
+    snprintf(sweep, sizeof sweep, "%s/out/s", dir);
+    return sweep;
+}
+
 /* A toy sweep of 4 cells under DIR/out/s; returns its folder (static). */
 static const char *toy_sweep(const char *dir)
 {
-    static char sweep[PATH_MAX];
-    char path[PATH_MAX], text[PATH_MAX + 1024], cwd[PATH_MAX];
-    cr_assert(getcwd(cwd, sizeof cwd));
-    snprintf(path, sizeof path, "%s/s.cfg", dir);
-    snprintf(text, sizeof text, "name = \"s\";\nbase = \"%s/configs/toy.cfg\";\n"
-             "axes = ( { key = \"precision.plugin\"; values = (\"fp32\", \"bf16-master\"); },\n"
-             "         { key = \"run.seed\"; values = (1, 2); } );\n", cwd);
-    ts_write_file(path, text);
-    cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx sweep %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=1 "
-                       ">/dev/null 2>&1", path, dir), 0);
-    snprintf(sweep, sizeof sweep, "%s/out/s", dir);
-    return sweep;
+    return sweep_in(dir, "configs/toy.cfg", "{ key = \"precision.plugin\"; values = (\"fp32\", \"bf16-master\"); },\n"
+                    "{ key = \"run.seed\"; values = (1, 2); }", "-s train.epochs=1", 0);
+}
+
+/* s as the page escapes text (report.c's esc), into buf. */
+static const char *html(const char *s, char *buf, size_t len)
+{
+    size_t k = 0;
+    for (; *s && k + 8 < len; s++) {
+        const char *e = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '"' ? "&quot;"
+                      : *s == '\'' ? "&#39;" : NULL;
+        if (e) k += (size_t)sprintf(buf + k, "%s", e);
+        else buf[k++] = *s;
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+/* The cell of sweep.json whose name is NAME. */
+static json_t *cell_named(json_t *index, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(index, "cells"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    cr_assert_fail("no cell %s in sweep.json", name);
+    return NULL;
 }
 
 /* chromium (Debian) or chromium-browser on PATH, else NULL. */
@@ -168,4 +203,115 @@ Test(report, browser_renders_the_matrix_and_curves, .timeout = 120)
     for (int k = 0; k < 4; k++) cr_expect_eq(seen[k], 1, "run %d has %d loss curves", k, seen[k]);
     free(d);
     free(l);
+}
+
+/* The matrix line (<tr>...</tr>) of the cell ROW / COL, malloc'd, or NULL. */
+static char *matrix_line(const char *page, const char *row, const char *col)
+{
+    for (const char *p = strstr(page, "<tr class=\"st-"); p; p = strstr(p + 1, "<tr class=\"st-")) {
+        const char *end = strstr(p, "</tr>"), *td = strstr(p, "<td class=\"num\" data-row=");
+        char r[256], c[256];
+        if (!end || !td || td > end || attr(td, "data-row", r, sizeof r) || attr(td, "data-col", c, sizeof c)) continue;
+        if (strcmp(r, row) || strcmp(c, col)) continue;
+        return strndup(p, (size_t)(end - p) + 5);
+    }
+    return NULL;
+}
+
+static size_t count_of(const char *s, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* fp32 / incompat-test x batch 32, 16, 600: fp32_32 finishes, fp32_600 fails (the toy
+ * takes at most 512 rows), the incompat-test cells are skipped (the test plugin refuses
+ * SGD), and fp32_16 is run again and killed by the fault hook (unfinished). */
+Test(report, unfinished_skipped_and_failed_cells_say_why, .timeout = 90)
+{
+    char *dir = ts_tmpdir("report");
+    char plugins[PATH_MAX], extra[PATH_MAX + 64], out[8192], page_path[PATH_MAX], index_path[PATH_MAX];
+    snprintf(plugins, sizeof plugins, "%s/plugins", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s && cp build/test-plugins/incompat_precision.so %s/", plugins, plugins), 0);
+    snprintf(extra, sizeof extra, "-s train.epochs=1 --plugin-dir %s", plugins);
+    const char *sweep = sweep_in(dir, "configs/toy.cfg",
+                                 "{ key = \"precision.plugin\"; values = (\"fp32\", \"incompat-test\"); },\n"
+                                 "{ key = \"train.batch_size\"; values = (32, 16, 600); }", extra, 1);
+    snprintf(index_path, sizeof index_path, "%s/sweep.json", sweep);
+    json_t *index = ts_load_json(index_path);
+    const char *killed = json_string_value(json_object_get(cell_named(index, "fp32_16"), "dir"));
+    ts_sh(NULL, 0, "MPX_FAULT_AT_STEP=3 build/bin/mpx run configs/toy.cfg -s 'run.output_dir=\"%s/out\"' -s train.epochs=1 "
+                   "-s train.batch_size=16 --out %s >/dev/null 2>&1", dir, killed);
+
+    snprintf(page_path, sizeof page_path, "%s/report.html", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx report %s -o %s --rows precision.plugin --cols train.batch_size "
+                       "--metric final_loss,accuracy --plugin-dir %s 2>&1", sweep, page_path, plugins), 0, "%s", out);
+    char *page = ts_slurp(page_path, NULL);
+    char *json = malloc(1 << 20);
+    cr_assert_eq(ts_sh(json, 1 << 20, "build/bin/mpx matrix %s --rows precision.plugin --cols train.batch_size "
+                       "--metric final_loss,accuracy --plugin-dir %s --format json", sweep, plugins), 0);
+    json_t *matrix = json_loads(json, 0, NULL);
+    cr_assert(matrix, "mpx matrix --format json: %s", json);
+
+    static const char *const want_status[6] = { "finished", "killed", "failed", "skipped", "skipped", "skipped" };
+    static const char *const names[6] = { "fp32_32", "fp32_16", "fp32_600", "incompat-test_32", "incompat-test_16",
+                                          "incompat-test_600" };
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(index, "cells"), i, cell) {
+        const char *name = json_string_value(json_object_get(cell, "name"));
+        size_t k = 0;
+        while (k < 6 && strcmp(names[k], name)) k++;
+        cr_assert(k < 6, "unexpected cell %s", name);
+        json_t *axes = json_object_get(cell, "axes");
+        const char *row = json_string_value(json_object_get(axes, "precision.plugin"));
+        char col[32], path[PATH_MAX], want[8192 + 64], esc[8192];
+        snprintf(col, sizeof col, "%lld", (long long)json_integer_value(json_object_get(axes, "train.batch_size")));
+        snprintf(path, sizeof path, "%s/run.json", json_string_value(json_object_get(cell, "dir")));
+        json_t *rec = ts_load_json(path);
+        const char *status = json_string_value(json_object_get(rec, "status"));
+        cr_assert_str_eq(status, want_status[k], "%s: the sweep did not leave the cell %s", name, want_status[k]);
+        /* the reason: sweep.json's for failed and skipped cells, the record's for the killed one */
+        const char *why = json_string_value(json_object_get(cell, "reason"));
+        if (!strcmp(status, "killed")) why = json_string_value(json_object_get(rec, "error"));
+        if (strcmp(status, "finished")) cr_assert(why && why[0], "%s: no reason in sweep.json or run.json", name);
+
+        /* ... the same one mpx matrix gives */
+        size_t j;
+        json_t *mc, *found = NULL;
+        json_array_foreach(json_object_get(matrix, "cells"), j, mc)
+            if (!strcmp(json_string_value(json_object_get(mc, "row")), row) &&
+                json_integer_value(json_object_get(mc, "col")) == atoll(col)) found = mc;
+        cr_assert(found, "mpx matrix has no cell %s / %s", row, col);
+        cr_expect_str_eq(json_string_value(json_object_get(found, "status")), status, "%s", name);
+        json_t *mrun = json_array_get(json_object_get(found, "runs"), 0);
+        if (why) cr_expect_str_eq(json_string_value(json_object_get(mrun, "reason")), why, "%s", name);
+
+        /* the page's line for the cell: its status as a class and as text, the reason */
+        char *line = matrix_line(page, row, col);
+        cr_assert(line, "no matrix line for %s / %s in the page", row, col);
+        snprintf(want, sizeof want, "<tr class=\"st-%s\">", status);
+        cr_expect(!strncmp(line, want, strlen(want)), "%s: %s", name, line);
+        snprintf(want, sizeof want, "<td class=\"status\">%s", status);
+        cr_expect(strstr(line, want), "%s: no status %s in %s", name, status, line);
+        if (why) {
+            snprintf(want, sizeof want, "<div class=\"why\">%s: %s</div>", status, html(why, esc, sizeof esc));
+            cr_expect(strstr(line, want), "%s: the reason is not shown:\nwant %s\nin   %s", name, want, line);
+        } else {
+            cr_expect(!strstr(line, "class=\"why\""), "%s finished but has a reason: %s", name, line);
+        }
+        /* one number per metric: the finished cell's, a dash for the others */
+        cr_expect_eq(count_of(line, "<td class=\"num\""), 2, "%s: %s", name, line);
+        cr_expect_eq(count_of(line, "data-value=\"\""), strcmp(status, "finished") ? 2 : 0, "%s: %s", name, line);
+        free(line);
+        json_decref(rec);
+    }
+    cr_expect_eq(i, 6, "%zu cells in sweep.json", i);
+    /* every cell of rows x columns has its line, once */
+    cr_expect_eq(count_of(page, "<tr class=\"st-"), 6, "the matrix does not show the 6 cells once each");
+    json_decref(matrix);
+    json_decref(index);
+    free(json);
+    free(page);
 }
