@@ -315,3 +315,186 @@ Test(report, unfinished_skipped_and_failed_cells_say_why, .timeout = 90)
     free(json);
     free(page);
 }
+
+/* A run's question_scores.csv: ids and EM, in the file's order; returns the count. */
+static size_t question_em(const char *dir, char ids[][64], int *em, size_t max)
+{
+    char path[PATH_MAX], line[256];
+    snprintf(path, sizeof path, "%s/question_scores.csv", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot open %s", path);
+    size_t n = 0;
+    cr_assert(fgets(line, sizeof line, f) && !strncmp(line, "id,exact_match,", 15), "%s: header %s", path, line);
+    while (n < max && fgets(line, sizeof line, f)) {
+        char *comma = strchr(line, ',');
+        cr_assert(comma && (size_t)(comma - line) < 64, "%s: %s", path, line);
+        memcpy(ids[n], line, (size_t)(comma - line));
+        ids[n][comma - line] = 0;
+        em[n++] = atoi(comma + 1);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The ids in the page's table that follows the paragraph starting with HEAD, joined by
+ * ','; its stated count in *count. */
+static void listed_ids(const char *details, const char *head, char *buf, size_t len, int *count)
+{
+    const char *p = strstr(details, head);
+    cr_assert(p, "no \"%s\" in %s", head, details);
+    *count = atoi(p + strlen(head));
+    const char *end = strstr(p, "</table>");
+    cr_assert(end);
+    buf[0] = 0;
+    for (const char *c = strstr(p, "<code>"); c && c < end; c = strstr(c + 1, "<code>")) {
+        size_t n = strcspn(c + 6, "<"), used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%.*s", used ? "," : "", (int)n, c + 6);
+    }
+}
+
+/* The cell folder of sweep.json whose cell name is the link text after "HEAD<a href=...>". */
+static const char *linked_dir(const char *summary, const char *head, json_t *index)
+{
+    const char *p = strstr(summary, head);
+    cr_assert(p, "no \"%s\" in %s", head, summary);
+    p = strchr(p, '>');
+    cr_assert(p);
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(p + 1, "<"), p + 1);
+    return json_string_value(json_object_get(cell_named(index, name), "dir"));
+}
+
+/* The tiny BERT, trained on its 8 dev questions (dropout off, 200 steps), learns to get
+ * one or two of them right depending on seed and policy: bf16-master x fp32 x seeds 4, 7,
+ * with fp32 as --base although it is not the first row. */
+Test(report, paired_forest_and_question_lists_from_real_question_scores, .timeout = 180)
+{
+    char *dir = ts_tmpdir("report");
+    const char *sweep = sweep_in(dir, "configs/tiny_squad.cfg",
+                                 "{ key = \"precision.plugin\"; values = (\"bf16-master\", \"fp32\"); },\n"
+                                 "{ key = \"run.seed\"; values = (4, 7); }",
+                                 "-s 'data.squad.train_file=\"datasets/data/dev-v1.1.json\"' -s data.squad.train_questions=8 "
+                                 "-s train.max_steps=200 -s optimizer.lr=3e-3 -s model.bert-qa.hidden_dropout=0 "
+                                 "-s model.bert-qa.attention_dropout=0", 0);
+    char page_path[PATH_MAX], index_path[PATH_MAX], out[8192];
+    snprintf(page_path, sizeof page_path, "%s/report.html", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx report %s --base fp32 -o %s 2>&1", sweep, page_path), 0, "%s", out);
+    char *page = ts_slurp(page_path, NULL);
+    snprintf(index_path, sizeof index_path, "%s/sweep.json", sweep);
+    json_t *index = ts_load_json(index_path);
+
+    /* mpx paired over the same runs, each side in the folders' order (the matrix's) */
+    char sides[2][2 * PATH_MAX + 8] = { "", "" };
+    static const char *const policy[2] = { "fp32", "bf16-master" };
+    for (int side = 0; side < 2; side++)
+        for (int seed = 4; seed <= 7; seed += 3) {
+            char name[64];
+            snprintf(name, sizeof name, "%s_%d", policy[side], seed);
+            size_t used = strlen(sides[side]);
+            snprintf(sides[side] + used, sizeof sides[side] - used, " %s",
+                     json_string_value(json_object_get(cell_named(index, name), "dir")));
+        }
+    char *json = malloc(1 << 16);
+    cr_assert_eq(ts_sh(json, 1 << 16, "build/bin/mpx paired%s --vs%s --format json", sides[0], sides[1]), 0, "%s", json);
+    json_error_t e;
+    json_t *paired = json_loads(json, 0, &e);
+    cr_assert(paired, "mpx paired --format json: %s", e.text);
+    cr_assert_eq(json_integer_value(json_object_get(paired, "questions")), 8);
+    char md[8192];
+    cr_assert_eq(ts_sh(md, sizeof md, "build/bin/mpx matrix %s --rows precision.plugin --metric exact_match --paired fp32 "
+                       "2>&1", sweep), 0, "%s", md);
+
+    /* the forest plots: one point, bf16-master against fp32, at mpx paired's numbers */
+    static const char *const metric[2] = { "exact_match", "f1" };
+    static const char *const field[5] = { "diff", "lo", "hi", "lo_seeds", "hi_seeds" };
+    static const char *const data[5] = { "data-diff", "data-lo", "data-hi", "data-lo-seeds", "data-hi-seeds" };
+    for (int k = 0; k < 2; k++) {
+        char tag[128];
+        snprintf(tag, sizeof tag, "<svg class=\"forest\" ");
+        const char *svg = NULL;
+        for (const char *p = strstr(page, tag); p && !svg; p = strstr(p + 1, tag)) {
+            char m[32];
+            if (!attr(p, "data-metric", m, sizeof m) && !strcmp(m, metric[k])) svg = p;
+        }
+        cr_assert(svg, "no forest plot of %s", metric[k]);
+        const char *end = strstr(svg, "</svg>"), *pt = strstr(svg, "<circle");
+        cr_assert(pt && pt < end, "the %s forest plot has no point", metric[k]);
+        cr_expect(!strstr(pt + 1, "<circle") || strstr(pt + 1, "<circle") > end, "more than one pair in %s", metric[k]);
+        json_t *want = json_object_get(paired, metric[k]);
+        double v[5];
+        for (int f = 0; f < 5; f++) {
+            char got[64];
+            cr_assert_eq(attr(pt, data[f], got, sizeof got), 0, "%s: no %s", metric[k], data[f]);
+            v[f] = json_number_value(json_object_get(want, field[f]));
+            cr_assert(json_is_number(json_object_get(want, field[f])), "mpx paired: no %s.%s", metric[k], field[f]);
+            cr_expect_eq(strtod(got, NULL), v[f], "%s %s: %s in the page, %.17g from mpx paired", metric[k], field[f],
+                         got, v[f]);
+        }
+        char shown[256];
+        snprintf(shown, sizeof shown, "<title>bf16-master: %+.2f [%+.2f, %+.2f]</title>", v[0], v[1], v[2]);
+        cr_expect(strstr(pt, shown) && strstr(pt, shown) < end, "%s: no %s in the forest plot", metric[k], shown);
+        /* and mpx matrix --paired prints the same interval */
+        snprintf(shown, sizeof shown, "%+.2f [%+.2f, %+.2f]", v[0], v[1], v[2]);
+        cr_expect(strstr(md, shown), "%s: no %s in mpx matrix --paired:\n%s", metric[k], shown, md);
+    }
+
+    /* the question lists: A fp32's first run, B bf16-master's, the ids where EM differs */
+    const char *details = strstr(page, "<details><summary>");
+    cr_assert(details, "no per-question lists");
+    const char *a_dir = linked_dir(details, "(A ", index), *b_dir = linked_dir(details, ", B ", index);
+    cr_expect(strstr(a_dir, "/fp32_"), "A is %s, not an fp32 run", a_dir);
+    cr_expect(strstr(b_dir, "/bf16-master_"), "B is %s, not a bf16-master run", b_dir);
+    char a_ids[16][64], b_ids[16][64], want[2][1024] = { "", "" }, got[1024];
+    int a_em[16], b_em[16];
+    size_t na = question_em(a_dir, a_ids, a_em, 16), nb = question_em(b_dir, b_ids, b_em, 16);
+    cr_assert_eq(na, 8);
+    cr_assert_eq(nb, 8);
+    size_t differ = 0;
+    for (size_t i = 0; i < na; i++) {
+        cr_assert_str_eq(a_ids[i], b_ids[i]);
+        if (a_em[i] == b_em[i]) continue;
+        char *w = want[a_em[i] < b_em[i]];
+        snprintf(w + strlen(w), sizeof want[0] - strlen(w), "%s%s", w[0] ? "," : "", a_ids[i]);
+        differ++;
+    }
+    cr_assert(differ, "the two runs agree on every question: the lists are not tested (other seeds, steps or lr?)");
+    static const char *const heads[2] = { "A right, B wrong: ", "B right, A wrong: " };
+    for (int side = 0; side < 2; side++) {
+        int count;
+        listed_ids(details, heads[side], got, sizeof got, &count);
+        cr_expect_str_eq(got, want[side], "%s", heads[side]);
+        size_t n = want[side][0] ? 1 : 0;
+        for (const char *c = want[side]; *c; c++) n += *c == ',';
+        cr_expect_eq((size_t)count, n, "%s%d questions, %zu wanted", heads[side], count, n);
+    }
+
+    /* no SQuAD text: the questions and contexts of these ids are not in the page */
+    json_t *squad = json_load_file("datasets/data/dev-v1.1.json", 0, &e);
+    cr_assert(squad, "datasets/data/dev-v1.1.json: %s (make data)", e.text);
+    size_t i, j, q, checked = 0;
+    json_t *article, *para, *qa;
+    json_array_foreach(json_object_get(squad, "data"), i, article)
+        json_array_foreach(json_object_get(article, "paragraphs"), j, para)
+            json_array_foreach(json_object_get(para, "qas"), q, qa) {
+                const char *id = json_string_value(json_object_get(qa, "id"));
+                size_t k = 0;
+                while (k < na && strcmp(a_ids[k], id)) k++;
+                if (k == na) continue;
+                const char *text[2] = { json_string_value(json_object_get(qa, "question")),
+                                        json_string_value(json_object_get(para, "context")) };
+                for (int t = 0; t < 2; t++) {
+                    char *escaped = malloc(6 * strlen(text[t]) + 16);
+                    html(text[t], escaped, 6 * strlen(text[t]) + 16);
+                    cr_expect(!strstr(page, text[t]) && !strstr(page, escaped), "the page holds the %s of %s",
+                              t ? "context" : "question", id);
+                    free(escaped);
+                }
+                checked++;
+            }
+    cr_expect_eq(checked, na, "%zu of the %zu ids found in dev-v1.1.json", checked, na);
+    json_decref(squad);
+    json_decref(paired);
+    json_decref(index);
+    free(json);
+    free(page);
+}
