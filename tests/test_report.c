@@ -55,17 +55,6 @@ static const char *html(const char *s, char *buf, size_t len)
     return buf;
 }
 
-/* The cell of sweep.json whose name is NAME. */
-static json_t *cell_named(json_t *index, const char *name)
-{
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(index, "cells"), i, c)
-        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
-    cr_assert_fail("no cell %s in sweep.json", name);
-    return NULL;
-}
-
 /* chromium (Debian) or chromium-browser on PATH, else NULL. */
 static const char *browser(void)
 {
@@ -240,7 +229,7 @@ Test(report, unfinished_skipped_and_failed_cells_say_why, .timeout = 90)
                                  "{ key = \"train.batch_size\"; values = (32, 16, 600); }", extra, 1);
     snprintf(index_path, sizeof index_path, "%s/sweep.json", sweep);
     json_t *index = ts_load_json(index_path);
-    const char *killed = json_string_value(json_object_get(cell_named(index, "fp32_16"), "dir"));
+    const char *killed = json_string_value(json_object_get(ts_sweep_cell(index, "fp32_16"), "dir"));
     ts_sh(NULL, 0, "MPX_FAULT_AT_STEP=3 build/bin/mpx run configs/toy.cfg -s 'run.output_dir=\"%s/out\"' -s train.epochs=1 "
                    "-s train.batch_size=16 --out %s >/dev/null 2>&1", dir, killed);
 
@@ -361,7 +350,7 @@ static const char *linked_dir(const char *summary, const char *head, json_t *ind
     cr_assert(p);
     char name[256];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(p + 1, "<"), p + 1);
-    return json_string_value(json_object_get(cell_named(index, name), "dir"));
+    return json_string_value(json_object_get(ts_sweep_cell(index, name), "dir"));
 }
 
 /* The tiny BERT, trained on its 8 dev questions (dropout off, 200 steps), learns to get
@@ -392,7 +381,7 @@ Test(report, paired_forest_and_question_lists_from_real_question_scores, .timeou
             snprintf(name, sizeof name, "%s_%d", policy[side], seed);
             size_t used = strlen(sides[side]);
             snprintf(sides[side] + used, sizeof sides[side] - used, " %s",
-                     json_string_value(json_object_get(cell_named(index, name), "dir")));
+                     json_string_value(json_object_get(ts_sweep_cell(index, name), "dir")));
         }
     char *json = malloc(1 << 16);
     cr_assert_eq(ts_sh(json, 1 << 16, "build/bin/mpx paired%s --vs%s --format json", sides[0], sides[1]), 0, "%s", json);
