@@ -42,16 +42,6 @@ static int sweep(const char *dir, const char *file, const char *env, const char 
               env, file, dir, extra);
 }
 
-static json_t *cell_of(json_t *index, const char *name)
-{
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(index, "cells"), i, c)
-        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
-    cr_assert_fail("no cell %s in sweep.json", name);
-    return NULL;
-}
-
 static json_t *record_of(json_t *cell)
 {
     char path[PATH_MAX];
@@ -93,7 +83,7 @@ Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
     static const double lr[4] = { 0.05, 0.05, 0.1, 0.1 };
     static const int seed[4] = { 1, 2, 1, 2 };
     for (int i = 0; i < 4; i++) {
-        json_t *c = cell_of(idx, toy_cells[i]), *r = record_of(c);
+        json_t *c = ts_sweep_cell(idx, toy_cells[i]), *r = record_of(c);
         cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished");
         /* the folder is <name>-<8 hex> under out/t, and the run used the cell's values */
         const char *folder = json_string_value(json_object_get(c, "folder"));
@@ -111,10 +101,10 @@ Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
     /* again: nothing runs, no record is rewritten */
     cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "ran 0 now"), "%s", out);
-    for (int i = 0; i < 4; i++) cr_expect_eq(mtime_ns(cell_of(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
+    for (int i = 0; i < 4; i++) cr_expect_eq(mtime_ns(ts_sweep_cell(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
 
     /* one cell killed by the fault hook: only it runs again */
-    json_t *victim = cell_of(idx, "0.1_2");
+    json_t *victim = ts_sweep_cell(idx, "0.1_2");
     char base[PATH_MAX];
     cr_assert_not_null(realpath("configs/toy.cfg", base));
     ts_sh(NULL, 0, "MPX_FAULT_AT_STEP=5 build/bin/mpx run %s -s 'run.output_dir=\"%s/out\"' -s train.epochs=2 "
@@ -127,7 +117,7 @@ Test(sweep, runs_every_cell_then_nothing_then_only_the_killed_one)
     cr_assert_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "ran 1 now"), "%s", out);
     cr_expect_str_eq(status_of(victim), "finished");
-    for (int i = 0; i < 3; i++) cr_expect_eq(mtime_ns(cell_of(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
+    for (int i = 0; i < 3; i++) cr_expect_eq(mtime_ns(ts_sweep_cell(idx, toy_cells[i])), before[i], "%s rewritten", toy_cells[i]);
 
     /* a record left "running" by a process that is gone is stale: run again */
     json_t *r = record_of(victim);
@@ -151,11 +141,11 @@ Test(sweep, cells_killed_by_the_fault_hook_are_unfinished_then_resumed)
     cr_expect(strstr(out, "0 finished") && strstr(out, "2 unfinished"), "%s", out);
     snprintf(idx_path, sizeof idx_path, "%s/out/k/sweep.json", dir);
     json_t *idx = load(idx_path);
-    cr_expect_str_eq(status_of(cell_of(idx, "1")), "killed");
-    cr_expect_str_eq(status_of(cell_of(idx, "2")), "killed");
+    cr_expect_str_eq(status_of(ts_sweep_cell(idx, "1")), "killed");
+    cr_expect_str_eq(status_of(ts_sweep_cell(idx, "2")), "killed");
     cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "ran 2 now"), "%s", out);
-    cr_expect_str_eq(status_of(cell_of(idx, "1")), "finished");
+    cr_expect_str_eq(status_of(ts_sweep_cell(idx, "1")), "finished");
     json_decref(idx);
 }
 
@@ -167,17 +157,17 @@ Test(sweep, failed_cells_are_retried_only_when_asked)
     cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 1, "%s", out);
     cr_expect(strstr(out, "1 finished") && strstr(out, "2 failed") && strstr(out, "ran 2 now"), "%s", out);
     snprintf(idx_path, sizeof idx_path, "%s/out/f/sweep.json", dir);
-    json_t *idx = load(idx_path), *r = record_of(cell_of(idx, "0"));
+    json_t *idx = load(idx_path), *r = record_of(ts_sweep_cell(idx, "0"));
     cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "failed");
     const char *err = json_string_value(json_object_get(r, "error"));
     cr_expect(err && strstr(err, "train.batch_size"), "%s", err ? err : "(none)");
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(r, "cell"), "axes"), "train.batch_size")), 0);
     json_decref(r);
-    cr_expect_str_eq(status_of(cell_of(idx, "600")), "failed");
-    long long t600 = mtime_ns(cell_of(idx, "600"));
+    cr_expect_str_eq(status_of(ts_sweep_cell(idx, "600")), "failed");
+    long long t600 = mtime_ns(ts_sweep_cell(idx, "600"));
     cr_expect_eq(sweep(dir, file, "", "", out, sizeof out), 1);
     cr_expect(strstr(out, "ran 0 now"), "%s", out);
-    cr_expect_eq(mtime_ns(cell_of(idx, "600")), t600);
+    cr_expect_eq(mtime_ns(ts_sweep_cell(idx, "600")), t600);
     cr_expect_eq(sweep(dir, file, "", "--retry-failed", out, sizeof out), 1);
     cr_expect(strstr(out, "ran 1 now"), "%s", out);
     json_decref(idx);
@@ -216,7 +206,7 @@ Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
     snprintf(idx_path, sizeof idx_path, "%s/out/s/sweep.json", dir);
     json_t *idx = load(idx_path);
 
-    json_t *c = cell_of(idx, "incompat-test"), *r = record_of(c);
+    json_t *c = ts_sweep_cell(idx, "incompat-test"), *r = record_of(c);
     cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "skipped");
     const char *why = json_string_value(json_object_get(r, "reason"));
     cr_assert_not_null(why);
@@ -227,7 +217,7 @@ Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
     cr_expect_str_eq(json_string_value(json_object_get(c, "state")), "skipped");
     json_decref(r);
 
-    r = record_of(cell_of(idx, absent));
+    r = record_of(ts_sweep_cell(idx, absent));
     cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "skipped");
     why = json_string_value(json_object_get(r, "reason"));
     snprintf(want, sizeof want, "precision/%s not found (searched: ", absent);
@@ -243,16 +233,16 @@ Test(sweep, incompatible_and_missing_plugins_are_skipped_with_the_reason)
     cr_expect(strstr(cmd_out, "] skipped: precision/incompat-test cannot be combined with optimizer/sgd"), "%s", cmd_out);
     snprintf(want, sizeof want, "] skipped: precision/%s not found", absent);
     cr_expect(strstr(cmd_out, want), "%s", cmd_out);
-    r = record_of(cell_of(idx, "fp32"));
+    r = record_of(ts_sweep_cell(idx, "fp32"));
     snprintf(want, sizeof want, "| fp32 | %.4g |", json_real_value(json_object_get(json_object_get(r, "metrics"), "final_loss")));
     cr_expect(strstr(cmd_out, want), "want %s in\n%s", want, cmd_out);
     json_decref(r);
 
     /* resuming leaves the skipped records alone */
-    long long t = mtime_ns(cell_of(idx, "incompat-test"));
+    long long t = mtime_ns(ts_sweep_cell(idx, "incompat-test"));
     cr_expect_eq(sweep(dir, file, "", extra, out, sizeof out), 0);
     cr_expect(strstr(out, "ran 0 now"), "%s", out);
-    cr_expect_eq(mtime_ns(cell_of(idx, "incompat-test")), t);
+    cr_expect_eq(mtime_ns(ts_sweep_cell(idx, "incompat-test")), t);
     json_decref(idx);
 }
 

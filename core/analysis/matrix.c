@@ -431,3 +431,11 @@ const char **mpx_matrix_finished_dirs(const mpx_matrix *m, const mpx_matrix_cell
         if (!strcmp(m->runs[c->runs[i]].status, "finished")) d[(*n)++] = m->runs[c->runs[i]].dir;
     return d;
 }
+
+void mpx_matrix_value_text(json_t *v, char *buf, size_t n)
+{
+    if (json_is_string(v)) { snprintf(buf, n, "%s", json_string_value(v)); return; }
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    snprintf(buf, n, "%s", t ? t : "?");
+    free(t);
+}

@@ -61,6 +61,10 @@ void mpx_matrix_free(mpx_matrix *m);
  * them; NULL when out of memory). */
 const char **mpx_matrix_finished_dirs(const mpx_matrix *m, const mpx_matrix_cell *c, size_t *n);
 
+/* A row or column value as `--paired ROW` and `--base ROW` name it and the paired
+ * tables label it: strings without their quotes, anything else as compact JSON. */
+void mpx_matrix_value_text(json_t *v, char *buf, size_t n);
+
 /* matrix_render.c: "md", "csv" or "json" to f. */
 int mpx_matrix_render(const mpx_matrix *m, const char *format, FILE *f);
 

@@ -202,14 +202,6 @@ static char *default_metrics(const report *rp, const char *sweep)
     return out;
 }
 
-static void value_text(json_t *v, char *buf, size_t n)
-{
-    if (json_is_string(v)) { snprintf(buf, n, "%s", json_string_value(v)); return; }
-    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    snprintf(buf, n, "%s", t ? t : "?");
-    free(t);
-}
-
 static int build_matrix(report *rp, rep_sweep *s, char *err, size_t errlen)
 {
     if (rp->o->rows) {
@@ -231,7 +223,7 @@ static int build_matrix(report *rp, rep_sweep *s, char *err, size_t errlen)
     size_t nr = json_array_size(s->m.rows);
     for (size_t r = 0; rp->o->base && r < nr; r++) {
         char text[256];
-        value_text(json_array_get(s->m.rows, r), text, sizeof text);
+        mpx_matrix_value_text(json_array_get(s->m.rows, r), text, sizeof text);
         if (!strcmp(text, rp->o->base)) { s->base = r; return 0; }
     }
     if (rp->o->base) {
@@ -470,8 +462,13 @@ static void forest(FILE *f, const pair_row *p, size_t n, int f1)
         fprintf(f, "<text class=\"tick\" x=\"4\" y=\"%.1f\">", y + 4);
         esc(f, p[i].label);
         fputs("</text>", f);
+        /* the numbers at full precision too, as the matrix cells carry theirs */
+        char ls[32] = "", hs[32] = "";
+        if (!isnan(m->lo_seeds)) snprintf(ls, sizeof ls, "%.17g", m->lo_seeds), snprintf(hs, sizeof hs, "%.17g", m->hi_seeds);
         fprintf(f, "<line class=\"ci\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>"
-                   "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\"><title>", FX(m->lo), FX(m->hi), y, y, FX(m->diff), y);
+                   "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" data-diff=\"%.17g\" data-lo=\"%.17g\" "
+                   "data-hi=\"%.17g\" data-lo-seeds=\"%s\" data-hi-seeds=\"%s\"><title>", FX(m->lo), FX(m->hi), y, y,
+                FX(m->diff), y, m->diff, m->lo, m->hi, ls, hs);
         esc(f, p[i].label);
         fprintf(f, ": %+.2f [%+.2f, %+.2f]</title></circle>\n", m->diff, m->lo, m->hi);
     }
@@ -532,7 +529,7 @@ static void paired_section(FILE *f, const report *rp, const rep_sweep *s, size_t
     size_t nr = json_array_size(m->rows), nc = json_array_size(m->cols), n = 0;
     pair_row *p = calloc(nr * nc + 1, sizeof *p);
     char base[256], row[256], col[256], first_err[4096] = "";
-    value_text(json_array_get(m->rows, s->base), base, sizeof base);
+    mpx_matrix_value_text(json_array_get(m->rows, s->base), base, sizeof base);
     fprintf(f, "<section id=\"paired-%zu\"><h2>Paired comparison against ", k);
     esc(f, m->row_key);
     fputs(" = ", f);
@@ -541,14 +538,14 @@ static void paired_section(FILE *f, const report *rp, const rep_sweep *s, size_t
     for (size_t c = 0; p && c < nc; c++) {
         size_t na;
         const char **a = mpx_matrix_finished_dirs(m, &m->cells[s->base * nc + c], &na);
-        value_text(json_array_get(m->cols, c), col, sizeof col);
+        mpx_matrix_value_text(json_array_get(m->cols, c), col, sizeof col);
         for (size_t r = 0; a && na && r < nr; r++) {
             size_t nb;
             if (r == s->base) continue;
             const char **b = mpx_matrix_finished_dirs(m, &m->cells[r * nc + c], &nb);
             char err[4096];
             if (b && nb && !mpx_paired_compare(a, na, b, nb, rp->o->resamples, 1, &p[n].r, err, sizeof err)) {
-                value_text(json_array_get(m->rows, r), row, sizeof row);
+                mpx_matrix_value_text(json_array_get(m->rows, r), row, sizeof row);
                 snprintf(p[n].label, sizeof p[n].label, "%s%s%s", row, m->col_key ? " / " : "", m->col_key ? col : "");
                 p[n].a_dir = a[0], p[n].b_dir = b[0];
                 n++;

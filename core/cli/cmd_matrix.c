@@ -34,22 +34,13 @@ static const char matrix_usage[] =
     "  older mpx lacks (as for mpx run; a plugin of your own).\n"
     "  Exit 0, or 2 on errors.\n";
 
-/* A row or column value as the tables show it: strings without their quotes. */
-static void value_text(json_t *v, char *buf, size_t n)
-{
-    if (json_is_string(v)) { snprintf(buf, n, "%s", json_string_value(v)); return; }
-    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    snprintf(buf, n, "%s", t ? t : "?");
-    free(t);
-}
-
 /* The row whose --rows value reads `base`, or -1 with an error naming the rows there are. */
 static long base_row(const mpx_matrix *m, const char *base)
 {
     size_t nr = json_array_size(m->rows);
     char text[256], rows[1024] = "";
     for (size_t r = 0; r < nr; r++) {
-        value_text(json_array_get(m->rows, r), text, sizeof text);
+        mpx_matrix_value_text(json_array_get(m->rows, r), text, sizeof text);
         if (!strcmp(text, base)) return (long)r;
         size_t used = strlen(rows);
         snprintf(rows + used, sizeof rows - used, "%s%s", r ? ", " : "", text);
@@ -63,7 +54,7 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
     size_t nr = json_array_size(m->rows), nc = json_array_size(m->cols), b = nr;
     char text[256], col[256];
     for (size_t r = 0; r < nr && b == nr; r++) {
-        value_text(json_array_get(m->rows, r), text, sizeof text);
+        mpx_matrix_value_text(json_array_get(m->rows, r), text, sizeof text);
         if (!strcmp(text, base)) b = r;
     }
     if (b == nr) {
@@ -82,12 +73,12 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
     for (size_t c = 0; c < nc; c++) {
         size_t na;
         const char **a = mpx_matrix_finished_dirs(m, &m->cells[b * nc + c], &na);
-        value_text(json_array_get(m->cols, c), col, sizeof col);
+        mpx_matrix_value_text(json_array_get(m->cols, c), col, sizeof col);
         for (size_t r = 0; a && r < nr; r++) {
             if (r == b) continue;
             size_t nb;
             const char **bd = mpx_matrix_finished_dirs(m, &m->cells[r * nc + c], &nb);
-            value_text(json_array_get(m->rows, r), text, sizeof text);
+            mpx_matrix_value_text(json_array_get(m->rows, r), text, sizeof text);
             fprintf(f, "| %s%s%s | ", text, m->col_key ? " / " : "", m->col_key ? col : "");
             mpx_paired_result pr;
             char err[4096];

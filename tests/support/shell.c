@@ -75,6 +75,16 @@ json_t *ts_load_json(const char *path)
     return j;
 }
 
+json_t *ts_sweep_cell(json_t *index, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(index, "cells"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    cr_assert_fail("no cell %s in sweep.json", name);
+    return NULL;
+}
+
 int ts_same_file(const char *dir, const char *a, const char *b, const char *file)
 {
     char pa[1024], pb[1024];

@@ -30,4 +30,8 @@ char *ts_metrics_rows(const char *dir);
 struct json_t;
 struct json_t *ts_load_json(const char *path);
 
+/* The cell of a sweep index (sweep.json) whose "name" is NAME (borrowed), or a failed
+ * assertion naming it. */
+struct json_t *ts_sweep_cell(struct json_t *index, const char *name);
+
 #endif
