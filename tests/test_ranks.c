@@ -379,7 +379,14 @@ static void signal_launch(const char *sig, int code, const char *what)
     cr_expect(strstr(out, "none"), "%s: mpirun or a rank outlived the launcher: %s", what, out);
     snprintf(path, sizeof path, "%s/run/run.json", dir);
     json_t *rec = ts_load_json(path);
-    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed", "%s", what);
+    const char *status = json_string_value(json_object_get(rec, "status"));
+    if (!status || strcmp(status, "killed")) {
+        snprintf(path, sizeof path, "%s/log", dir);
+        char *log = ts_slurp(path, NULL);
+        cr_expect_fail("%s: the record says %s (error: %s); the launch's output:\n%s", what, status ? status : "nothing",
+                       json_string_value(json_object_get(rec, "error")), log);
+        free(log);
+    }
     json_decref(rec);
     ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
 }

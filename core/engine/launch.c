@@ -181,7 +181,11 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     snprintf(np, sizeof np, "%d", ranks);
     const char *fixed[] = { "mpirun", "-np", np, "--oversubscribe", "--bind-to", "none",
                             "--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none",
-                            "--mca", "mpi_yield_when_idle", "1", "/proc/self/exe", what };
+                            "--mca", "mpi_yield_when_idle", "1",
+                            /* on SIGTERM mpirun passes it on, then SIGKILLs ranks still there
+                             * after this many seconds (default 1): on a loaded machine rank 0
+                             * could be killed before its handler had written "killed" */
+                            "--mca", "odls_base_sigkill_timeout", "5", "/proc/self/exe", what };
     size_t nf = sizeof fixed / sizeof *fixed;
     char **av = calloc(nf + (size_t)argc + 1, sizeof *av);
     if (!av) { fprintf(stderr, "mpx %s: out of memory\n", what); return 1; }
