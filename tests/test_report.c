@@ -265,6 +265,16 @@ Test(report, unfinished_skipped_and_failed_cells_say_why, .timeout = 90)
         const char *why = json_string_value(json_object_get(cell, "reason"));
         if (!strcmp(status, "killed")) why = json_string_value(json_object_get(rec, "error"));
         if (strcmp(status, "finished")) cr_assert(why && why[0], "%s: no reason in sweep.json or run.json", name);
+        /* and, for a run that trained part way, the step it reached, from its record's progress */
+        char why_step[8192];
+        json_t *pg = json_object_get(rec, "progress");
+        if (why && strcmp(status, "finished") && json_is_integer(json_object_get(pg, "step"))) {
+            snprintf(why_step, sizeof why_step, "%s (at step %lld of %lld)", why,
+                     (long long)json_integer_value(json_object_get(pg, "step")),
+                     (long long)json_integer_value(json_object_get(pg, "total_steps")));
+            why = why_step;
+        }
+        if (!strcmp(status, "killed")) cr_expect(why == why_step, "%s: the killed run's record has no progress", name);
 
         /* ... the same one mpx matrix gives */
         size_t j;

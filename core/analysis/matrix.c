@@ -117,11 +117,19 @@ static int load_runs(mpx_matrix *m, const char *dir, char *err, size_t errlen)
         if (!why) why = json_string_value(json_object_get(r->rec, "error"));
         r->why = why ? why : "";
         json_t *pg = json_object_get(r->rec, "progress");
-        if (!why && strcmp(r->status, "finished") && json_is_integer(json_object_get(pg, "step")))
+        if (strcmp(r->status, "finished") && json_is_integer(json_object_get(pg, "step")))
             snprintf(r->progress, sizeof r->progress, "at step %lld of %lld",
                      (long long)json_integer_value(json_object_get(pg, "step")),
                      (long long)json_integer_value(json_object_get(pg, "total_steps")));
-        if (r->progress[0]) r->why = r->progress;
+        /* how far an unfinished run got, beside its reason (a killed run always has one) */
+        if (r->progress[0] && !why) {
+            r->why = r->progress;
+        } else if (r->progress[0]) {
+            size_t len = strlen(why) + strlen(r->progress) + 4;
+            if (!(r->why_owned = malloc(len))) { mpx_free_list(dirs, n); snprintf(err, errlen, "out of memory"); return -1; }
+            snprintf(r->why_owned, len, "%s (%s)", why, r->progress);
+            r->why = r->why_owned;
+        }
     }
     mpx_free_list(dirs, n);
     return 0;
@@ -413,6 +421,7 @@ void mpx_matrix_free(mpx_matrix *m)
     free(m->cells);
     for (size_t i = 0; i < m->n_runs; i++) {
         free(m->runs[i].dir);
+        free(m->runs[i].why_owned);
         json_decref(m->runs[i].rec);
     }
     free(m->runs);

@@ -21,7 +21,9 @@ typedef struct mpx_matrix_run {
     char *dir;
     json_t *rec;         /* run.json */
     const char *status;  /* borrowed from rec */
-    const char *why;     /* reason / error, borrowed; "" when none */
+    const char *why;     /* reason / error and, for an unfinished run, how far it got
+                          * ("... (at step N of M)"); "" when none */
+    char *why_owned;     /* why, when composed here (freed with the matrix) */
     char progress[64];   /* unfinished runs: "at step N of M" from the record, else "" */
     size_t row, col;
 } mpx_matrix_run;

@@ -380,9 +380,7 @@ static void matrix_cell(FILE *f, const report *rp, const rep_sweep *s, size_t ci
     for (size_t i = 0; i < c->n_runs; i++) {
         const mpx_matrix_run *r = &m->runs[c->runs[i]];
         if (!strcmp(r->status, "finished")) continue;
-        fprintf(f, "<div class=\"why\">%s", r->status);
-        if (r->progress[0]) fprintf(f, " (%s)", r->progress);
-        fputs(": ", f);
+        fprintf(f, "<div class=\"why\">%s: ", r->status);   /* why holds the step reached */
         esc(f, r->why[0] ? r->why : "(no reason recorded)");
         fputs("</div>", f);
     }
