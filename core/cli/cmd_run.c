@@ -34,7 +34,9 @@ static const char run_usage[] =
     "  (one row per step); exit 0 finished, 1 failed, 2 usage\n"
     "  --resume DIR continues the run in DIR from its last training-state checkpoint\n"
     "  (train.checkpoint_every), with the checkpoint's configuration or CONFIG, which\n"
-    "  must then be the same run\n"
+    "  must then be the same run; first it verifies the checkpoint (the sha256 of its\n"
+    "  files and of the data files, its policy, plugins and DIR's run.json) and refuses\n"
+    "  one that differs, naming what, before it changes anything in DIR\n"
     "  --ranks N (or run.ranks) starts N data-parallel ranks with mpirun; started by mpirun\n"
     "  or srun, mpx joins the launch (rank 0 writes the record)\n";
 
