@@ -61,5 +61,7 @@ long report_run_index(const report *rp, const char *dir);
 /* sections (report_plots.c) */
 void report_paired_section(FILE *f, const report *rp, const rep_sweep *s, size_t k);
 int report_curves_section(FILE *f, const report *rp, char *err, size_t errlen);
+/* the page's CSS, and its scripts before and after the body (report_plots.c) */
+extern const char report_css[], report_script_head[], report_script_tail[];
 
 #endif

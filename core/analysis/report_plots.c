@@ -356,3 +356,31 @@ int report_curves_section(FILE *f, const report *rp, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- the page's style and script (report_page.h) ---------------------------------------- */
+
+const char report_css[] =
+    "body{font:14px/1.4 sans-serif;margin:1.5em;color:#222;max-width:1400px}h2{border-bottom:1px solid #ccc}"
+    "table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:2px 6px;text-align:left;"
+    "vertical-align:top}td.num{text-align:right;white-space:nowrap}.scroll{overflow-x:auto}"
+    "tr.st-skipped,tr.st-failed,tr.st-killed,tr.st-running{background:#fff3e0}.why{font-size:12px;color:#a33}"
+    ".error{color:#a33}.panel{border:1px solid #eee;margin:4px}.panels{display:flex;flex-wrap:wrap}"
+    "polyline{fill:none;stroke-width:1.5}polyline.faint{stroke-width:1;opacity:.3}polyline.dashed{stroke-dasharray:4 3}"
+    ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.tick{font-size:10px;fill:#555}.ptitle{font-size:12px}"
+    ".zero{stroke:#999;stroke-dasharray:3 3}.seeds{stroke:#bbb;stroke-width:6}.ci{stroke:#333;stroke-width:2}"
+    ".pt{fill:#1f77b4}.forests{display:flex;gap:1em}.legend label{margin-right:1em;white-space:nowrap}"
+    ".sw{display:inline-block;width:14px;height:4px;margin:0 4px 3px;background:currentColor}"
+    ".c0{stroke:#1f77b4;color:#1f77b4}.c1{stroke:#d62728;color:#d62728}.c2{stroke:#2ca02c;color:#2ca02c}"
+    ".c3{stroke:#9467bd;color:#9467bd}.c4{stroke:#ff7f0e;color:#ff7f0e}.c5{stroke:#8c564b;color:#8c564b}"
+    ".c6{stroke:#e377c2;color:#e377c2}.c7{stroke:#7f7f7f;color:#7f7f7f}.c8{stroke:#bcbd22;color:#bcbd22}"
+    ".c9{stroke:#17becf;color:#17becf}table.kv th{font-weight:normal;color:#555}section.run{margin-bottom:2em}";
+
+/* The legend's toggles, and a count of script errors the browser test reads back. */
+const char report_script_head[] =
+    "<script>window.mpxErrors=0;window.addEventListener('error',function(){window.mpxErrors++;"
+    "if(document.body)document.body.setAttribute('data-errors',String(window.mpxErrors));});</script>\n";
+const char report_script_tail[] =
+    "<script>document.querySelectorAll('input[data-toggle]').forEach(function(box){"
+    "box.addEventListener('change',function(){var k=box.getAttribute('data-toggle');"
+    "document.querySelectorAll('polyline[data-run=\"'+k+'\"]').forEach(function(p){"
+    "p.style.display=box.checked?'':'none';});});});"
+    "document.body.setAttribute('data-rendered','1');</script>\n";
