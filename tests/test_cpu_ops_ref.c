@@ -16,15 +16,22 @@ tb tb_open_attn(int threads, const char *attention_gemm) { return tb_open_gemm(t
 
 tb tb_open_gemm(int threads, const char *attention_gemm, const char *linear_gemm)
 {
+    return tb_open_bf16(threads, attention_gemm, linear_gemm, "auto");
+}
+
+tb tb_open_bf16(int threads, const char *attention_gemm, const char *linear_gemm, const char *bf16_gemm)
+{
     tb t = { 0 };
     const char *why = NULL;
     const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
     cr_assert_not_null(d, "cannot load build/plugins/backend-cpu.so: %s", why ? why : "?");
     cr_assert_eq(d->kind, MPX_KIND_BACKEND);
     cr_assert_str_eq(d->name, "cpu");
-    char opts[200];
-    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\";",
-             threads, attention_gemm, linear_gemm);
+    char opts[300];
+    snprintf(opts, sizeof opts,
+             "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\"; "
+             "bf16_gemm = \"%s\"; subnormal_census = false;",
+             threads, attention_gemm, linear_gemm, bf16_gemm);
     t.env = th_env(opts, NULL, NULL);
     t.vt = d->vtable;
     cr_assert_eq(t.vt->create(t.env, &t.be), 0, "create: %s", th_error(t.env));

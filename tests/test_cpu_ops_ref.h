@@ -21,6 +21,8 @@ tb tb_open(int threads);
 tb tb_open_attn(int threads, const char *attention_gemm);
 /* both GEMM options: attention_gemm and linear_gemm ("mpx", "mpx-avx2" or "openblas") */
 tb tb_open_gemm(int threads, const char *attention_gemm, const char *linear_gemm);
+/* ... and bf16_gemm ("auto", "amx" or "fma"; tb_open_gemm: "auto") */
+tb tb_open_bf16(int threads, const char *attention_gemm, const char *linear_gemm, const char *bf16_gemm);
 void tb_close(tb *t);
 const char *tb_error(tb *t);
 

@@ -101,6 +101,23 @@ static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
     }
 }
 
+/* A backend: created with its defaults on this machine, its own line of what runs (the
+ * cpu backend's kernels, AMX or not; a GPU's name), as run.json records it. */
+static void show_backend(mpx_session *s, const mpx_plugin_rec *p)
+{
+    char path[] = "/tmp/mpx-plugins-XXXXXX", err[4096];
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) { close(fd); unlink(path); return; }
+    fprintf(f, "backend = { plugin = \"%s\"; };\n", p->desc.name);
+    fclose(f);
+    int rc = mpx_session_configure(s, path, NULL, 0, err, sizeof err) || mpx_session_start_backend(s, err, sizeof err);
+    unlink(path);
+    if (rc) printf("  on this machine, with its defaults: cannot start (%s)\n", err);
+    else printf("  on this machine, with its defaults: %s\n", p->vt.backend.describe(s->be));
+}
+
 static void show_one(mpx_session *s, const mpx_plugin_rec *p)
 {
     const mpx_plugin_desc *d = &p->desc;
@@ -118,6 +135,7 @@ static void show_one(mpx_session *s, const mpx_plugin_rec *p)
     for (size_t i = 0; i < d->n_incompat; i++)
         printf("  incompatible with %s: %s\n", d->incompat[i].other, d->incompat[i].reason);
     if (d->kind == MPX_KIND_PRECISION) show_policy(s, p);
+    if (d->kind == MPX_KIND_BACKEND) show_backend(s, p);
 }
 
 int mpx_cmd_plugins(int argc, char **argv)

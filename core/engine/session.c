@@ -217,13 +217,20 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
     return 0;
 }
 
-int mpx_session_start(mpx_session *s, char *err, size_t errlen)
+int mpx_session_start_backend(mpx_session *s, char *err, size_t errlen)
 {
     if (!s->inst[0].rec && select_plugins(s, err, errlen)) return -1;
     mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
     START(MPX_KIND_BACKEND, b->rec->vt.backend.create(&b->env.pub, &b->self));
     s->be = b->self;
     s->ops = b->rec->vt.backend.ops;
+    return 0;
+}
+
+int mpx_session_start(mpx_session *s, char *err, size_t errlen)
+{
+    if (mpx_session_start_backend(s, err, errlen)) return -1;
+    mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
     /* every ABI 1.0 op is required; later fields are optional (MPX_OPS_HAS) */
     if (!s->ops || s->ops->size < offsetof(mpx_ops, flags)) {
         snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);

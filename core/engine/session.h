@@ -29,6 +29,8 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen);
 
 /* Instantiate backend, precision (+ core overrides), comm, zero, model, optimizer. */
 int mpx_session_start(mpx_session *s, char *err, size_t errlen);
+/* Only its first part: the backend (`mpx plugins backend/NAME` describes it). */
+int mpx_session_start_backend(mpx_session *s, char *err, size_t errlen);
 
 /* The parameter layout and the memory plan (memory_plan.h), nothing allocated: refuses
  * sizes that overflow and a plan over run.max_memory or the machine's memory. */

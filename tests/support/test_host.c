@@ -41,7 +41,17 @@ static void th_error_fn(mpx_env *env, const char *file, int line, const char *fm
     va_end(ap);
 }
 
-static void th_note_fn(mpx_env *env, const char *fmt, ...) { (void)env; (void)fmt; }
+static char th_note_buf[2048];
+static void th_note_fn(mpx_env *env, const char *fmt, ...)
+{
+    (void)env;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(th_note_buf, sizeof th_note_buf, fmt, ap);
+    va_end(ap);
+}
+
+const char *th_last_note(void) { return th_note_buf; }
 
 static config_setting_t *lookup(mpx_env *env, const char *key)
 {

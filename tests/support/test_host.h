@@ -14,6 +14,8 @@ void th_env_free(mpx_env *env);
 
 /* The last error set through host->error, "" if none (then cleared by th_clear). */
 const char *th_error(mpx_env *env);
+/* The last note a plugin gave through any test env (host->note), "" before the first. */
+const char *th_last_note(void);
 void th_clear(mpx_env *env);
 
 /* Bytes currently allocated under each role. */

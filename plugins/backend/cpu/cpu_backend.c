@@ -39,6 +39,16 @@ static const mpx_option cpu_options[] = {
               "order (the same bits on either ISA and any thread count; OpenBLAS on CPUs with neither); mpx-avx2 = the "
               "AVX2 kernel even where AVX-512 exists; openblas = cblas_sgemm, as before version 1.3.0 of this backend "
               "(other bits; its speed depends on the kernels OpenBLAS picks for the CPU)" },
+    { .key = "bf16_gemm", .type = MPX_OPT_CHOICE, .def = "\"auto\"", .choices = "auto|amx|fma",
+      .help = "GEMMs on two bf16 operands (compute bf16, or fp32 on bf16 operands), from version 1.5.0 of this "
+              "backend: amx = the CPU's AMX-BF16 tiles (the same products, accumulated in fp32 in the unit's order: "
+              "other bits than fma's; subnormal inputs read as zero and subnormal results flushed); fma = the fp32 "
+              "FMA kernels of linear_gemm and attention_gemm; auto = amx where the CPU has it and the OS grants "
+              "the tiles, else fma. run.json's backend line says which ran" },
+    { .key = "subnormal_census", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
+      .help = "count, in every GEMM on two bf16 operands, the subnormal inputs and fp32 results (the values the "
+              "AMX unit would read or write as zero); those GEMMs then take the fma path, and the counts are "
+              "printed as a note when the run ends" },
 };
 
 static int available_cores(void)
@@ -55,7 +65,13 @@ static void cpu_destroy(void *vbe)
 {
     cpu_be *be = vbe;
     if (!be) return;
+    if (be->census && be->env)
+        be->env->host->note(be->env,
+                            "subnormal census: %zu GEMMs on bf16 operands; subnormal inputs %zu of %zu, subnormal "
+                            "fp32 results %zu of %zu",
+                            be->census_n[4], be->census_n[0], be->census_n[1], be->census_n[2], be->census_n[3]);
     cpu_pool_destroy(be->pool);
+    free(be->amx_ws);
     for (int i = 0; i < CPU_WS_SLOTS; i++) free(be->ws[i]);
     for (int i = 0; be->lin_ws && i <= be->threads; i++) free(be->lin_ws[i]);
     free(be->lin_ws);
@@ -99,6 +115,17 @@ static int cpu_create(mpx_env *env, void **out)
     if (env->host->opt_string(env, "linear_gemm", &lin) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
     be->linear_gemm = !strcmp(lin, "openblas") ? 0 : cpu_small_gemm_level();
     if (!strcmp(lin, "mpx-avx2") && be->linear_gemm > 1) be->linear_gemm = 1;
+    const char *b16 = "auto";
+    if (env->host->opt_string(env, "bf16_gemm", &b16) != MPX_OK ||
+        env->host->opt_bool(env, "subnormal_census", &be->census) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
+    int amx_ok = strcmp(b16, "fma") != 0 && cpu_amx_available();
+    if (!strcmp(b16, "amx") && !amx_ok) {
+        (void)MPX_FAIL(env, "backend.cpu.bf16_gemm = \"amx\": this CPU has no AMX-BF16, or the OS does not grant "
+                            "the tile state (arch_prctl ARCH_REQ_XCOMP_PERM); use \"auto\" or \"fma\"");
+        cpu_destroy(be);
+        return MPX_ERR_UNSUPPORTED;
+    }
+    be->bf16_gemm = amx_ok ? CPU_BF16_GEMM_AMX : CPU_BF16_GEMM_FMA;
     be->lin_ws = calloc((size_t)be->threads + 1, sizeof *be->lin_ws);
     be->lin_ws_bytes = calloc((size_t)be->threads + 1, sizeof *be->lin_ws_bytes);
     be->lin_taken = calloc((size_t)be->threads, sizeof *be->lin_taken);
@@ -119,10 +146,12 @@ static int cpu_create(mpx_env *env, void **out)
         cpu_destroy(be);
         return MPX_ERR_NOMEM;
     }
-    snprintf(be->line, sizeof be->line, "cpu: %d threads, OpenBLAS %s%s; attention GEMMs: %s; linear GEMMs: %s",
+    snprintf(be->line, sizeof be->line,
+             "cpu: %d threads, OpenBLAS %s%s; attention GEMMs: %s; linear GEMMs: %s; bf16 GEMMs: %s",
              be->threads, openblas_get_config(), be->has_f16c ? ", F16C" : "",
              be->small_gemm == 2 ? "mpx avx512" : be->small_gemm == 1 ? "mpx avx2" : "openblas",
-             be->linear_gemm == 2 ? "mpx avx512" : be->linear_gemm == 1 ? "mpx avx2" : "openblas");
+             be->linear_gemm == 2 ? "mpx avx512" : be->linear_gemm == 1 ? "mpx avx2" : "openblas",
+             be->census ? "fma (subnormal census)" : be->bf16_gemm == CPU_BF16_GEMM_AMX ? "amx" : "fma");
     *out = be;
     return MPX_OK;
 }
@@ -247,7 +276,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.4.1",
+    .version = "1.5.0",
     .summary = "AVX-512/AVX2 GEMM kernels (OpenBLAS sgemm on CPUs with neither) and threaded C ops over "
                "fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,

@@ -210,7 +210,8 @@ static operand item(const operand *o, int b)
     return r;
 }
 
-typedef struct gemm_bufs { float *a, *b, *c, *panel; } gemm_bufs;   /* panel NULL: allocated */
+/* panel NULL: allocated; amx NULL: the backend's buffer (calls through the pool) */
+typedef struct gemm_bufs { float *a, *b, *c, *panel; void *amx; } gemm_bufs;
 
 /* Batch item b, start to finish: convert what needs it into `w`, sgemm (the attention
  * kernel, cpu_gemm_small.c, or cpu_sgemm_pool), round C back. `pool` NULL keeps the
@@ -220,6 +221,17 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
 {
     operand ia = item(oa, b), ib = item(ob, b), ic = item(oc, b);
     int lda = 1, ldb = 1, ldc = g->ldc;
+    if (cpu_amx_takes(be, g)) {   /* bf16 operands on the AMX tiles: packed from storage */
+        float *C = ic.a.p;
+        if (g->c.t != MPX_F32) {
+            C = w->c;
+            ldc = g->n;
+            if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
+        }
+        if (cpu_amx_gemm(be, pool, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc, w->amx)) return -1;
+        if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
+        return 0;
+    }
     const float *A = NULL, *B = NULL;
     /* the linear kernel widens 16-bit operands as it packs them (no rounding to do) */
     const int linear = be->linear_gemm > 0 && g->k > 0 && !cpu_small_gemm_fits(be, g);
@@ -245,13 +257,23 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
     } else if (cpu_sgemm_pool(be, pool, g, A, lda, B, ldb, C, ldc)) {
         return -1;
     }
+    if (be->census && cpu_amx_shape(g))
+        cpu_amx_census(be, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc);   /* wc: a 16-bit C, which is no bf16 GEMM's here */
     if (g->c.t != MPX_F32 && !wc) convert(be, pool, &ic, C, MPX_F32, 1);
     return 0;
 }
 
-/* Buffer sizes (floats) for one item; 0 where the operand is used in place. */
-static void item_sizes(const mpx_gemm *g, size_t sz[3])
+/* Buffer sizes (floats) for one item; 0 where the operand is used in place. sz[3]: the
+ * AMX path's packing buffer, for callers without the pool (sz[0], sz[1] then 0). */
+static void item_sizes(const cpu_be *be, const mpx_gemm *g, size_t sz[4])
 {
+    sz[3] = 0;
+    if (cpu_amx_takes(be, g)) {
+        sz[0] = sz[1] = 0;
+        sz[2] = g->c.t != MPX_F32 ? (size_t)g->m * (size_t)g->n : 0;
+        sz[3] = (cpu_amx_bytes(g) + sizeof(float) - 1) / sizeof(float);
+        return;
+    }
     sz[0] = g->k > 0 && needs_conversion(g->a, g->compute) ? (size_t)g->m * (size_t)g->k : 0;
     sz[1] = g->k > 0 && needs_conversion(g->b, g->compute) ? (size_t)g->k * (size_t)g->n : 0;   /* (unused when widened in packing) */
     sz[2] = g->c.t != MPX_F32 ? (size_t)g->m * (size_t)g->n : 0;
@@ -267,14 +289,15 @@ typedef struct batch_job {
 static void batch_items(void *vj, size_t begin, size_t end)
 {
     batch_job *j = vj;
-    size_t sz[3];
-    item_sizes(j->g, sz);
+    size_t sz[4];
+    item_sizes(j->be, j->g, sz);
     float *mem = NULL;
-    if (sz[0] + sz[1] + sz[2]) {
-        mem = malloc((sz[0] + sz[1] + sz[2]) * sizeof(float));
+    if (sz[0] + sz[1] + sz[2] + sz[3]) {
+        mem = malloc((sz[0] + sz[1] + sz[2] + sz[3]) * sizeof(float));
         if (!mem) { atomic_store(&j->failed, 1); return; }
     }
-    gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL, NULL };
+    gemm_bufs w = { mem, mem ? mem + sz[0] : NULL, mem ? mem + sz[0] + sz[1] : NULL, NULL,
+                    sz[3] ? mem + sz[0] + sz[1] + sz[2] : NULL };
     for (size_t b = begin; b < end; b++)
         if (gemm_item(j->be, NULL, j->g, j->oa, j->ob, j->oc, (int)b, &w)) atomic_store(&j->failed, 1);
     free(mem);
@@ -294,9 +317,9 @@ static int gemm_batch_parallel(cpu_be *be, const mpx_gemm *g, const operand *oa,
 static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, const operand *ob,
                            const operand *oc)
 {
-    size_t sz[3];
-    item_sizes(g, sz);
-    gemm_bufs w = { NULL, NULL, NULL, NULL };
+    size_t sz[4];
+    item_sizes(be, g, sz);
+    gemm_bufs w = { NULL, NULL, NULL, NULL, NULL };   /* the AMX path packs into the backend's buffer */
     if ((sz[0] && !(w.a = cpu_ws(be, 0, sz[0] * sizeof(float)))) ||
         (sz[1] && !(w.b = cpu_ws(be, 1, sz[1] * sizeof(float)))) ||
         (sz[2] && !(w.c = cpu_ws(be, 2, sz[2] * sizeof(float)))))
@@ -311,9 +334,9 @@ static int gemm_sequential(cpu_be *be, const mpx_gemm *g, const operand *oa, con
 
 size_t cpu_gemm_local_floats(const cpu_be *be, const mpx_gemm *g)
 {
-    size_t sz[3];
-    item_sizes(g, sz);
-    return sz[0] + sz[1] + sz[2] + (cpu_small_gemm_fits(be, g) ? cpu_small_gemm_panel_floats(be, g) : 0) + 64;
+    size_t sz[4];
+    item_sizes(be, g, sz);
+    return sz[0] + sz[1] + sz[2] + sz[3] + (cpu_small_gemm_fits(be, g) ? cpu_small_gemm_panel_floats(be, g) : 0) + 64;
 }
 
 int cpu_gemm_local(cpu_be *be, const mpx_gemm *g, float *ws)
@@ -323,10 +346,10 @@ int cpu_gemm_local(cpu_be *be, const mpx_gemm *g, float *ws)
     if (mpx_dtype_is_format(g->compute))
         return CPU_FAIL(be, "cpu gemm: a number-format compute dtype (%s) has no one-thread path",
                         cpu_dtype_name(be, g->compute));
-    size_t sz[3];
-    item_sizes(g, sz);
+    size_t sz[4];
+    item_sizes(be, g, sz);
     gemm_bufs w = { sz[0] ? ws : NULL, sz[1] ? ws + sz[0] : NULL, sz[2] ? ws + sz[0] + sz[1] : NULL,
-                    ws + sz[0] + sz[1] + sz[2] };
+                    ws + sz[0] + sz[1] + sz[2], sz[3] ? ws + sz[0] + sz[1] + sz[2] : NULL };
     operand oa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, 0, 1 };
     operand ob = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, 0, 1 };
     operand oc = { g->c, g->m, g->n, g->ldc, 0, 1 };

@@ -51,7 +51,7 @@ typedef struct cpu_be {
     int has_avx2_fma;      /* vector Phi/exp through libmvec (cpu_vecmath.c) */
     int has_avx2;          /* vector Philox */
     int has_avx512;        /* wider vector Philox */
-    char line[256];
+    char line[384];
     /* number formats (ABI 1.2), per dtype slot: the host's parameters and a decode
      * table, filled by cpu_check_ on the calling thread before any op uses them */
     const mpx_format *fmt[MPX_FORMAT_END - MPX_FORMAT_FIRST];
@@ -65,6 +65,11 @@ typedef struct cpu_be {
     void **scr;            /* per-thread scratch (cpu_scratch_take): `threads` buffers, */
     size_t *scr_bytes;     /* their sizes and whether one is taken */
     _Atomic int *scr_taken;
+    int bf16_gemm;         /* option bf16_gemm: CPU_BF16_GEMM_* (the path that runs) */
+    void *amx_ws;          /* the AMX GEMM's packed operands (calls through the pool) */
+    size_t amx_ws_bytes;
+    int census;            /* option subnormal_census */
+    size_t census_n[5];    /* subnormal inputs, inputs, subnormal outputs, outputs, GEMMs */
 } cpu_be;
 
 /* A scratch buffer of at least `bytes` (64-byte aligned, contents undefined) for the
@@ -165,6 +170,27 @@ void cpu_fmt_store(const cpu_be *be, const float *src, mpx_arg a, size_t off, si
 void cpu_fmt_round(const cpu_be *be, float *x, size_t n, mpx_dtype t);
 /* The CPU supports F16C (checked once at create). */
 int cpu_detect_f16c(void);
+
+/* ---- the bf16 GEMMs on AMX tiles (cpu_gemm_amx.c) ---- */
+enum { CPU_BF16_GEMM_FMA = 0, CPU_BF16_GEMM_AMX = 1 };
+/* The CPU has AMX-BF16 and the OS lets this process use the tiles (asked once). */
+int cpu_amx_available(void);
+/* g's operands are bf16 values under the contract (compute bf16, or fp32 on two bf16
+ * operands) and C has at least 16 rows and columns; cpu_amx_takes: and the AMX path is
+ * on (option bf16_gemm, no census). */
+int cpu_amx_shape(const mpx_gemm *g);
+int cpu_amx_takes(const cpu_be *be, const mpx_gemm *g);
+/* Bytes of packing buffer one item of g needs (`buf` of cpu_amx_gemm). */
+size_t cpu_amx_bytes(const mpx_gemm *g);
+/* C = alpha op(A) op(B) + beta C (fp32 C at ldc; beta = 0: C not read), operands as
+ * stored with g's transposes, on AMX tiles, cut over the pool (NULL: this thread alone,
+ * packing into `buf`, else into the backend's buffer). 0, or -1 when out of memory. */
+int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
+                 int ldc, void *buf);
+/* Option subnormal_census: adds to be->census the subnormal values among g's inputs
+ * (after the contract's rounding) and its fp32 result C, the values the AMX unit would
+ * have read or written as zero. */
+void cpu_amx_census(cpu_be *be, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, const float *C, int ldc);
 
 /* ---- GEMM (cpu_gemm.c, cpu_gemm_scaled.c) ---- */
 /* One fp32 row-major GEMM of g's shape on compact operands, cut over the pool (NULL:

@@ -2,7 +2,7 @@
 CPU_BACKEND_SRCS := $(addprefix plugins/backend/cpu/,cpu_backend.c cpu_pool.c cpu_convert.c \
                     cpu_elementwise.c cpu_gemm.c cpu_rows.c cpu_rows_softmax.c cpu_misc.c \
                     cpu_vecmath.c cpu_formats.c cpu_gemm_scaled.c cpu_gemm_h100.c cpu_gemm_small.c \
-                    cpu_gemm_linear.c cpu_gemm_pack.c cpu_attention.c)
+                    cpu_gemm_linear.c cpu_gemm_pack.c cpu_gemm_amx.c cpu_attention.c)
 $(eval $(call add_plugin,backend,cpu,$(CPU_BACKEND_SRCS),$(BLAS_LIBS) -lmvec -lpthread))
 # -O3: the conversion loops are written to be vectorised.
 $(BUILD)/obj/plugins/backend/cpu/%.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -O3
@@ -18,6 +18,10 @@ $(eval $(call add_test,test_cpu_attention,tests/test_cpu_attention.c tests/test_
 $(BUILD)/obj/tests/test_cpu_attention.o: EXTRA_CFLAGS += -Itests/support
 $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_rows $(BUILD)/tests/test_cpu_ops_grad: $(BUILD)/plugins/backend-cpu.so
 $(BUILD)/tests/test_cpu_attention: $(BUILD)/plugins/backend-cpu.so
+# the bf16 GEMMs on AMX tiles (skipped where the CPU or the OS has none)
+$(eval $(call add_test,test_cpu_amx,tests/test_cpu_amx.c tests/test_cpu_ops_ref.c $(TEST_SUPPORT) $(TEST_SHELL)))
+$(BUILD)/obj/tests/test_cpu_amx.o: EXTRA_CFLAGS += -Itests/support
+$(BUILD)/tests/test_cpu_amx: $(BUILD)/plugins/backend-cpu.so
 # libmvec's AVX-512 exp and erfc against its AVX2 ones (cpu_vecmath.c calls either)
 $(eval $(call add_test,test_mvec,tests/test_mvec.c,-lmvec))
 
