@@ -44,6 +44,7 @@
 
 #include "../core/engine/session.h"
 #include "../core/engine/train.h"
+#include "../core/engine/update_window.h"
 #include "bench_profile.h"
 #include "bench_util.h"
 
