@@ -335,3 +335,56 @@ Test(h100, refuses_mx_and_other_formats)
     cr_expect(strstr(th_error(th_backend_env(env)), "MX"), "%s", th_error(th_backend_env(env)));
     th_env_free(env);
 }
+
+/* ---- the vectorised quantisation (cpu_quant.c) against the header's encoder ----
+ * C = A B with K = 1 and B = ones: C's column 0 holds each A value as the GEMM quantised
+ * it. A holds every fp32 high half with eight low halves (ties, their neighbours, the
+ * ends of each binade's half-step), 524,288 values through each built-in format; each
+ * must be bit for bit mpx_fmt_decode(mpx_fmt_encode_sat(x)) (NaN for NaN), and the
+ * counts those of the scalar rule (count_quant). */
+Test(quantize, every_high_half_matches_the_header_bit_for_bit, .timeout = 120)
+{
+    static const uint16_t lows[8] = { 0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc000 };
+    static const mpx_format fmts[5] = { MPX_FORMAT_FP8_E4M3, MPX_FORMAT_FP8_E5M2, MPX_FORMAT_FP6_E3M2,
+                                        MPX_FORMAT_FP6_E2M3, MPX_FORMAT_FP4_E2M1 };
+    static const mpx_dtype dts[5] = { MPX_FP8_E4M3, MPX_FP8_E5M2, MPX_FP6_E3M2, MPX_FP6_E2M3, MPX_FP4_E2M1 };
+    const int m = 65536 * 8, n = 16;
+    rig r = open_rig(MPX_SCALING_NONE);
+    float *a = r.ops->alloc(r.be, (size_t)m * 4), *ones = r.ops->alloc(r.be, (size_t)n * 4);
+    float *c = r.ops->alloc(r.be, (size_t)m * n * 4);
+    cr_assert(a && ones && c);
+    for (int i = 0; i < m; i++) {
+        uint32_t u = (uint32_t)(i >> 3) << 16 | lows[i & 7];
+        memcpy(&a[i], &u, 4);
+    }
+    for (int j = 0; j < n; j++) ones[j] = 1.0f;
+    for (int f = 0; f < 5; f++) {
+        mpx_gemm g = { .m = m, .n = n, .k = 1, .alpha = 1.0f, .beta = 0.0f, .a = mpx_a(a, MPX_F32), .lda = 1,
+                       .b = mpx_a(ones, MPX_F32), .ldb = n, .c = mpx_a(c, MPX_F32), .ldc = n, .batch = 1,
+                       .compute = dts[f] };
+        cr_assert_eq(r.ops->gemm(r.be, &g), 0, "%s", th_error(r.env));
+        uint64_t nz = 0, sat = 0, fl = 0;
+        long bad = 0;
+        for (int i = 0; i < m; i++) {
+            float want = mpx_fmt_decode(&fmts[f], mpx_fmt_encode_sat(&fmts[f], a[i])), got = c[(size_t)i * n];
+            /* (a zero's sign is the GEMM's: +0 + -0 products give +0) */
+            if (!(same_float(got, want) || (got == 0.0f && want == 0.0f) || (isnan(got) && isnan(want))) && bad++ < 5)
+                cr_log_error("%s: x = %a (0x%08x): got %a, the header %a", fmts[f].name, (double)a[i],
+                             (unsigned)((uint32_t)(i >> 3) << 16 | lows[i & 7]), (double)got, (double)want);
+            if (a[i] != 0.0f && !isnan(a[i])) {
+                nz++;
+                if (mpx_fmt_saturates(&fmts[f], a[i])) sat++;
+                else if (want == 0.0f) fl++;
+            }
+        }
+        cr_expect_eq(bad, 0, "%s: %ld of %d values differ from the header's rounding", fmts[f].name, bad, m);
+        mpx_quant_stats sa, sb;
+        cr_assert_eq(th_last_gemm_stats(r.env, &sa, &sb), f + 1, "one report per GEMM");
+        cr_expect(sa.n == (uint64_t)m && sa.nonzero == nz && sa.saturated == sat && sa.flushed == fl,
+                  "%s counts: n %llu nonzero %llu saturated %llu flushed %llu; the scalar rule: %d %llu %llu %llu",
+                  fmts[f].name, (unsigned long long)sa.n, (unsigned long long)sa.nonzero,
+                  (unsigned long long)sa.saturated, (unsigned long long)sa.flushed, m, (unsigned long long)nz,
+                  (unsigned long long)sat, (unsigned long long)fl);
+    }
+    th_env_free(r.env);
+}

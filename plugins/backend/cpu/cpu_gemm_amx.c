@@ -67,6 +67,11 @@ int cpu_amx_available(void)
 #ifndef AMX_MIN_MN
 #define AMX_MIN_MN 128
 #endif
+int cpu_amx_dims(const cpu_be *be, const mpx_gemm *g)
+{
+    return be->bf16_gemm == CPU_BF16_GEMM_AMX && !be->census && g->k > 0 && g->m >= AMX_MIN_MN && g->n >= AMX_MIN_MN;
+}
+
 int cpu_amx_shape(const mpx_gemm *g)
 {
     if (g->k <= 0 || g->m < AMX_MIN_MN || g->n < AMX_MIN_MN) return 0;
@@ -139,6 +144,7 @@ typedef struct amx {
     int kk;                   /* K chunks */
     int mp, np;               /* padded M, N */
     uint16_t *apack, *bpack;  /* mp x kk*32 and np x kk*32 values */
+    int exact;                /* fp32 operands that are bf16 values: their top halves, no rounding */
 } amx;
 
 /* Values [off, off + n) of an operand as bf16 bits: copied when bf16, rounded to
@@ -148,6 +154,9 @@ static void load_bits(amx *s, mpx_arg x, size_t off, size_t n, float *tmp, uint1
     mpx_arg h = mpx_a(out, MPX_BF16);
     if (x.t == MPX_BF16) {
         memcpy(out, (const uint16_t *)x.p + off, n * sizeof *out);
+    } else if (x.t == MPX_F32 && s->exact) {
+        const uint32_t *u = (const uint32_t *)x.p + off;
+        for (size_t i = 0; i < n; i++) out[i] = (uint16_t)(u[i] >> 16);
     } else if (x.t == MPX_F32) {
         cpu_store(s->be, (const float *)x.p + off, h, 0, n);
     } else {
@@ -330,9 +339,9 @@ static void amx_pieces(void *vj, size_t begin, size_t end)
 }
 
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf)
+                 int ldc, void *buf, int exact)
 {
-    amx s = { .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda, .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
+    amx s = { .exact = exact, .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda, .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
               .kk = (g->k + AMX_K - 1) / AMX_K, .mp = (int)pad_to((size_t)g->m, AMX_BLK),
               .np = (int)pad_to((size_t)g->n, AMX_BLK)};
     size_t kp = (size_t)s.kk * AMX_K, abytes = (size_t)s.mp * kp * 2, bytes = abytes + (size_t)s.np * kp * 2;
@@ -373,8 +382,9 @@ int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int l
 #else
 
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf)
+                 int ldc, void *buf, int exact)
 {
+    (void)exact;
     (void)be; (void)pool; (void)g; (void)A; (void)lda; (void)B; (void)ldb; (void)C; (void)ldc; (void)buf;
     return -1;
 }

@@ -15,13 +15,19 @@
  * accumulates in OpenBLAS's fp32 order, unless the backend's fp8_accumulate option asks
  * for the H100's arithmetic (cpu_gemm_h100.c, mmaemu's model, bit for bit on its
  * fixture).
- * Operands are converted whole (all batch items), single-threaded; the multiply uses
- * the pool as the 16-bit path does. Each conversion is counted (non-zero, saturated,
+ * Operands are converted whole (all batch items) over the pool, the rounding in AVX-512
+ * where the CPU has it (cpu_quant.c, bit for bit the header's); the multiply uses the
+ * pool as the 16-bit path does, on AMX tiles with bf16_gemm = "amx" (every value of a
+ * format of at most 7 mantissa bits is a bf16 value: the products are exact, and they
+ * accumulate in the unit's order; an MX value below 2^-126 would read as zero). Each conversion is counted (non-zero, saturated,
  * flushed to zero) and reported to the host (gemm_input_stats, ABI 1.8). */
 #include "cpu_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct stored {
     mpx_arg a;
@@ -30,89 +36,116 @@ typedef struct stored {
     int batch;
 } stored;
 
-/* Every item of o into dst (batch x rows x cols, compact fp32). */
-static void widen(const cpu_be *be, const stored *o, float *dst)
-{
-    for (int b = 0; b < o->batch; b++)
-        for (int r = 0; r < o->rows; r++) {
-            size_t src = (size_t)((long long)b * o->stride) + (size_t)r * (size_t)o->ld;
-            cpu_load(be, o->a, src, (size_t)o->cols, dst + ((size_t)b * o->rows + r) * (size_t)o->cols);
-        }
-}
+/* One operand's conversion, cut over the pool by stored rows (all batch items): widen,
+ * its amax, quantise; the counts of every piece are added into st. */
+typedef struct qjob {
+    const cpu_be *be;
+    const stored *o;
+    float *dst;                 /* batch x rows x cols, compact fp32 */
+    const mpx_format *f;
+    const cpu_qfmt *qf;
+    const float *lut;
+    float s;                    /* per-tensor scale */
+    int k_along_cols;           /* MX: K runs along a stored row (else down a column) */
+    uint32_t amax_bits;         /* widen_rows: the bits of the largest finite-or-inf |x| */
+    int nan;                    /* ... and whether an x is NaN (amax is then NaN) */
+    mpx_quant_stats st;         /* quantise: nonzero, saturated, flushed, added atomically */
+} qjob;
 
-static float amax_of(const float *x, size_t n)
+/* The largest of m and the bits of |x[i step]|, i < n: for non-negative floats the order
+ * of their bits (a NaN's bits are above inf's): a loop the compiler vectorises. */
+static uint32_t abs_bits_max(const float *x, size_t n, size_t step, uint32_t m)
 {
-    float m = 0.0f;
+    if (step == 1) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+        return m;
+    }
     for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        if (a > m || isnan(a)) m = isnan(m) ? m : a;
+        uint32_t u;
+        memcpy(&u, &x[i * step], 4);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
     }
     return m;
 }
 
-/* One element rounded from its scaled value v (= x * s, or x / 2^X for MX) into q,
- * counted into st (mpx_quant_stats). */
-static inline void count_quant(mpx_quant_stats *st, const mpx_format *f, float x, float v, float q)
+static void add_stats(qjob *j, const mpx_quant_stats *t)
 {
-    if (x == 0.0f || isnan(x)) return;
-    st->nonzero++;
-    if (mpx_fmt_saturates(f, v)) st->saturated++;   /* not a hair above the top that rounds to it */
-    else if (q == 0.0f) st->flushed++;
+    __atomic_fetch_add(&j->st.nonzero, t->nonzero, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&j->st.saturated, t->saturated, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&j->st.flushed, t->flushed, __ATOMIC_RELAXED);
 }
 
-static void quantize_tensor(const mpx_format *f, const float *lut, float *x, size_t n, float s, mpx_quant_stats *st)
+/* Stored rows [r0, r1) (over all items) widened into dst, and their amax. */
+static void widen_rows(void *vj, size_t r0, size_t r1)
 {
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i] * s, q = lut[mpx_fmt_encode_sat(f, v)];
-        count_quant(st, f, x[i], v, q);
-        x[i] = q;
+    qjob *j = vj;
+    const stored *o = j->o;
+    uint32_t mb = 0;
+    for (size_t r = r0; r < r1; r++) {
+        size_t b = r / (size_t)o->rows, row = r % (size_t)o->rows;
+        float *d = j->dst + r * (size_t)o->cols;
+        cpu_load(j->be, o->a, (size_t)((long long)b * o->stride) + row * (size_t)o->ld, (size_t)o->cols, d);
+        mb = abs_bits_max(d, (size_t)o->cols, 1, mb);
     }
-    st->n += n;
-    st->scale = s;
+    int nan = mb > 0x7f800000u;
+    if (nan) mb = 0;
+    /* max of non-negative floats = max of their bits: one atomic each */
+    uint32_t cur = __atomic_load_n(&j->amax_bits, __ATOMIC_RELAXED);
+    while (mb > cur && !__atomic_compare_exchange_n(&j->amax_bits, &cur, mb, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    if (nan) __atomic_store_n(&j->nan, 1, __ATOMIC_RELAXED);
 }
 
-/* MX blocks along K. `k_along_cols`: K runs along a stored row (contiguous), else down
- * a stored column (stride cols). */
-static void quantize_mx(const mpx_format *f, const float *lut, float *x, int batch, int rows, int cols,
-                        int k_along_cols, mpx_quant_stats *st)
+/* Elements [e0, e1) of dst quantised with the per-tensor scale. */
+static void quant_elems(void *vj, size_t e0, size_t e1)
 {
-    const int emax = mpx_fmt_emax(f);
-    st->n += (size_t)batch * rows * cols;
-    st->scale = NAN;
-    const int lines = k_along_cols ? rows : cols, klen = k_along_cols ? cols : rows;
-    const size_t step = k_along_cols ? 1 : (size_t)cols, line_step = k_along_cols ? (size_t)cols : 1;
-    for (int b = 0; b < batch; b++) {
-        float *m = x + (size_t)b * rows * cols;
-        for (int l = 0; l < lines; l++) {
-            float *v = m + (size_t)l * line_step;
-            for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK) {
-                int k1 = k0 + MPX_MX_BLOCK < klen ? k0 + MPX_MX_BLOCK : klen;
-                float amax = 0.0f;
-                int nan = 0;
+    qjob *j = vj;
+    mpx_quant_stats t = { 0 };
+    cpu_quantize(j->be, j->f, j->qf, j->lut, j->dst + e0, e1 - e0, j->s, &t);
+    add_stats(j, &t);
+}
+
+/* MX blocks along K of lines [l0, l1): a line is a stored row (k_along_cols) or column,
+ * over all items (line l of item l / lines). Each block of 32 shares the scale 2^X. */
+static void quant_mx_lines(void *vj, size_t l0, size_t l1)
+{
+    qjob *j = vj;
+    const stored *o = j->o;
+    const int emax = mpx_fmt_emax(j->f);
+    const int lines = j->k_along_cols ? o->rows : o->cols, klen = j->k_along_cols ? o->cols : o->rows;
+    const size_t step = j->k_along_cols ? 1 : (size_t)o->cols, line_step = j->k_along_cols ? (size_t)o->cols : 1;
+    mpx_quant_stats t = { 0 };
+    float tmp[MPX_MX_BLOCK];
+    for (size_t li = l0; li < l1; li++) {
+        float *v = j->dst + (li / (size_t)lines) * (size_t)o->rows * (size_t)o->cols + (li % (size_t)lines) * line_step;
+        for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK) {
+            int k1 = k0 + MPX_MX_BLOCK < klen ? k0 + MPX_MX_BLOCK : klen, w = k1 - k0;
+            uint32_t mb = abs_bits_max(v + (size_t)k0 * step, (size_t)w, step, 0);
+            float amax;
+            memcpy(&amax, &mb, 4);
+            if (mb > 0x7f800000u) amax = NAN;
+            float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, emax));
+            float inv = 1.0f / scale;          /* 2^-X: exact, 2^-127 included */
+            if (isnan(scale)) {
                 for (int k = k0; k < k1; k++) {
-                    float a = fabsf(v[(size_t)k * step]);
-                    nan |= isnan(a);
-                    amax = a > amax ? a : amax;
+                    float *e = &v[(size_t)k * step];
+                    if (*e != 0.0f && !isnan(*e)) t.nonzero++;
+                    *e = scale;
                 }
-                if (nan) amax = NAN;
-                float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, emax));
-                float inv = 1.0f / scale;          /* 2^-X: exact, 2^-127 included */
-                if (isnan(scale)) {
-                    for (int k = k0; k < k1; k++) {
-                        float *e = &v[(size_t)k * step];
-                        if (*e != 0.0f && !isnan(*e)) st->nonzero++;
-                        *e = scale;
-                    }
-                    continue;
-                }
-                for (int k = k0; k < k1; k++) {
-                    float *e = &v[(size_t)k * step], sc = *e * inv, q = lut[mpx_fmt_encode_sat(f, sc)];
-                    count_quant(st, f, *e, sc, q);
-                    *e = q * scale;
-                }
+                continue;
             }
+            /* the block's elements x / 2^X rounded (counted as such), times 2^X (exact) */
+            for (int k = 0; k < w; k++) tmp[k] = v[(size_t)(k0 + k) * step];
+            cpu_quantize(j->be, j->f, j->qf, j->lut, tmp, (size_t)w, inv, &t);
+            for (int k = 0; k < w; k++) v[(size_t)(k0 + k) * step] = tmp[k] * scale;
         }
     }
+    add_stats(j, &t);
 }
 
 static mpx_scaling recipe_of(const cpu_be *be)
@@ -122,25 +155,95 @@ static mpx_scaling recipe_of(const cpu_be *be)
     return d->scaling;
 }
 
-/* Widen and quantize one operand; *inv_scale is 1/s for per-tensor recipes. */
+/* Widen and quantize one operand over the pool; *inv_scale is 1/s for per-tensor recipes. */
 static int prepare(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe, int k_along_cols,
                    float *dst, float *inv_scale, mpx_quant_stats *st)
 {
     const mpx_format *f = cpu_fmt(be, t);
-    const float *lut = be->lut[t - MPX_FORMAT_FIRST];
-    size_t n = (size_t)o->batch * o->rows * o->cols;
-    widen(be, o, dst);
+    cpu_qfmt qf;
+    cpu_qfmt_init(f, &qf);
+    qjob j = { .be = be, .o = o, .dst = dst, .f = f, .qf = &qf, .lut = be->lut[t - MPX_FORMAT_FIRST], .s = 1.0f,
+               .k_along_cols = k_along_cols };
+    size_t rows = (size_t)o->batch * (size_t)o->rows, n = rows * (size_t)o->cols;
+    size_t grain = o->cols > 0 ? (16384 + (size_t)o->cols - 1) / (size_t)o->cols : rows;
+    cpu_pool_run(be->pool, rows, grain ? grain : 1, widen_rows, &j);
     *inv_scale = 1.0f;
     if (recipe == MPX_SCALING_MX) {
-        quantize_mx(f, lut, dst, o->batch, o->rows, o->cols, k_along_cols, st);
-        return MPX_OK;
+        size_t lines = (size_t)o->batch * (size_t)(k_along_cols ? o->rows : o->cols);
+        cpu_pool_run(be->pool, lines, 16, quant_mx_lines, &j);
+        st->n += n;
+        st->scale = NAN;
+    } else {
+        if (recipe == MPX_SCALING_DELAYED || recipe == MPX_SCALING_CURRENT)
+        {
+            float amax;
+            memcpy(&amax, &j.amax_bits, 4);
+            MPX_TRY(be->env->host->tensor_scale(be->env, t, o->a.p, j.nan ? NAN : amax, &j.s));
+        }
+        cpu_pool_run(be->pool, n, 16384, quant_elems, &j);
+        st->n += n;
+        st->scale = j.s;
+        *inv_scale = 1.0f / j.s;
     }
-    float s = 1.0f;
-    if (recipe == MPX_SCALING_DELAYED || recipe == MPX_SCALING_CURRENT)
-        MPX_TRY(be->env->host->tensor_scale(be->env, t, o->a.p, amax_of(dst, n), &s));
-    quantize_tensor(f, lut, dst, n, s, st);
-    *inv_scale = 1.0f / s;
+    st->nonzero += j.st.nonzero;
+    st->saturated += j.st.saturated;
+    st->flushed += j.st.flushed;
     return MPX_OK;
+}
+
+/* The products of the quantised operands, item by item. */
+typedef struct mult {
+    cpu_be *be;
+    const mpx_gemm *g, *gg;   /* gg: alpha with the scales' inverses */
+    const float *A, *B;       /* quantised, compact: batch x (rows x cols as stored) */
+    int lda, ldb, h100, emin, amx, census;
+    cpu_pool *pool;           /* NULL: items spread over the pool's threads */
+    float *cw;                /* a 16-bit C's fp32 item (NULL: allocated per call) */
+    atomic_int failed;
+} mult;
+
+static int mult_one(mult *m, int b, cpu_pool *pool, float *cw, void *amx_buf, float *panel)
+{
+    const mpx_gemm *g = m->g, *gg = m->gg;
+    cpu_be *be = m->be;
+    const float *Ab = m->A + (size_t)b * g->m * g->k, *Bb = m->B + (size_t)b * g->k * g->n;
+    mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
+    float *out = g->c.t == MPX_F32 ? cb.p : cw;
+    int ldo = g->c.t == MPX_F32 ? g->ldc : g->n, rc = 0;
+    if (g->c.t != MPX_F32 && g->beta != 0.0f)
+        for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, cw + (size_t)r * g->n);
+    if (m->h100) cpu_gemm_h100(gg, Ab, m->lda, Bb, m->ldb, out, ldo, m->emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
+    else if (m->amx)   /* every quantised value is a bf16 value: the AMX path packs them exactly */
+        rc = cpu_amx_gemm(be, pool, gg, mpx_a((void *)Ab, MPX_F32), m->lda, mpx_a((void *)Bb, MPX_F32), m->ldb, out, ldo,
+                          amx_buf, 1);
+    else if (cpu_small_gemm_fits(be, gg))   /* the attention kernel, as the 16-bit path (same contract as below) */
+        rc = cpu_small_gemm(be, gg, Ab, m->lda, Bb, m->ldb, out, ldo, panel);
+    else rc = cpu_sgemm_pool(be, pool, gg, Ab, m->lda, Bb, m->ldb, out, ldo);
+    if (!rc && m->census) {
+        mpx_gemm c32 = *gg;
+        c32.compute = MPX_F32;
+        cpu_amx_census(be, &c32, mpx_a((void *)Ab, MPX_F32), m->lda, mpx_a((void *)Bb, MPX_F32), m->ldb, out, ldo);
+    }
+    if (g->c.t != MPX_F32)
+        for (int r = 0; r < g->m; r++) cpu_store(be, cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
+    return rc;
+}
+
+static void mult_items(void *vm, size_t begin, size_t end)
+{
+    mult *m = vm;
+    const mpx_gemm *g = m->g;
+    float *cw = m->cw, *own = NULL;
+    void *amx_buf = NULL;
+    if (!m->pool) {   /* a thread of the pool: buffers of its own */
+        size_t c = g->c.t != MPX_F32 ? (size_t)g->m * g->n : 0, x = m->amx ? cpu_amx_bytes(g) / sizeof(float) + 1 : 0;
+        if (c + x && !(own = malloc((c + x) * sizeof(float)))) { atomic_store(&m->failed, 1); return; }
+        cw = own;
+        amx_buf = m->amx ? own + c : NULL;
+    }
+    for (size_t b = begin; b < end; b++)
+        if (mult_one(m, (int)b, m->pool, cw, amx_buf, NULL)) atomic_store(&m->failed, 1);
+    free(own);
 }
 
 int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
@@ -181,21 +284,26 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
         }
         emin = 1 - f->bias;
     }
-    int lda = sa.cols ? sa.cols : 1, ldb = sb.cols ? sb.cols : 1;
-    for (int b = 0; b < g->batch && !rc; b++) {
-        const float *Ab = A + (size_t)b * g->m * g->k, *Bb = B + (size_t)b * g->k * g->n;
-        mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
-        float *out = g->c.t == MPX_F32 ? cb.p : Cw;
-        int ldo = g->c.t == MPX_F32 ? g->ldc : g->n;
-        if (g->c.t != MPX_F32 && g->beta != 0.0f)
-            for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, Cw + (size_t)r * g->n);
-        if (h100) cpu_gemm_h100(&gg, Ab, lda, Bb, ldb, out, ldo, emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
-        else if (cpu_sgemm_pool(be, be->pool, &gg, Ab, lda, Bb, ldb, out, ldo))
-            rc = CPU_FAIL(be, "cpu gemm: out of memory for the linear kernel's packing buffers (m=%d n=%d k=%d)", g->m,
-                          g->n, g->k);
-        if (g->c.t != MPX_F32)
-            for (int r = 0; r < g->m; r++) cpu_store(be, Cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
+    const mpx_format *cf = cpu_fmt(be, g->compute);
+    mult m = { .be = be, .g = g, .gg = &gg, .A = A, .B = B, .lda = sa.cols ? sa.cols : 1, .ldb = sb.cols ? sb.cols : 1,
+               .h100 = h100, .emin = emin,
+               /* the product on AMX tiles (option bf16_gemm) when the format's values are bf16 values: at most 7
+                * mantissa bits (per-tensor q, and MX's q 2^X, whose 2^X is a power of two) */
+               .amx = !h100 && cf && !cf->encode && cf->man_bits <= 7 && cpu_amx_dims(be, g) };
+    atomic_init(&m.failed, 0);
+    if (be->census && !h100 && cf && !cf->encode && cf->man_bits <= 7 && g->k > 0 && g->m >= 128 && g->n >= 128)
+        m.census = 1;   /* (the sizes cpu_amx_dims takes) */
+    if (be->threads > 1 && g->batch >= 2 * be->threads && !h100) {
+        /* attention: whole items per thread, each on its own buffers */
+        cpu_pool_run(be->pool, (size_t)g->batch, 1, mult_items, &m);
+    } else {
+        m.pool = be->pool;
+        m.cw = Cw;
+        mult_items(&m, 0, (size_t)g->batch);
     }
+    if (atomic_load(&m.failed))
+        rc = CPU_FAIL(be, "cpu gemm: out of memory for a kernel's packing buffers (m=%d n=%d k=%d batch=%d)", g->m,
+                      g->n, g->k, g->batch);
     free(A);
     return rc;
 }

@@ -180,17 +180,35 @@ int cpu_amx_available(void);
  * on (option bf16_gemm, no census). */
 int cpu_amx_shape(const mpx_gemm *g);
 int cpu_amx_takes(const cpu_be *be, const mpx_gemm *g);
+/* The AMX path is on and g's sizes are ones it takes (whatever the dtypes): the 8-bit
+ * GEMMs ask this for their quantised operands, which are bf16 values. */
+int cpu_amx_dims(const cpu_be *be, const mpx_gemm *g);
 /* Bytes of packing buffer one item of g needs (`buf` of cpu_amx_gemm). */
 size_t cpu_amx_bytes(const mpx_gemm *g);
 /* C = alpha op(A) op(B) + beta C (fp32 C at ldc; beta = 0: C not read), operands as
  * stored with g's transposes, on AMX tiles, cut over the pool (NULL: this thread alone,
- * packing into `buf`, else into the backend's buffer). 0, or -1 when out of memory. */
+ * packing into `buf`, else into the backend's buffer); `exact`: fp32 operands hold bf16
+ * values (their top halves are taken as they are). 0, or -1 when out of memory. */
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf);
+                 int ldc, void *buf, int exact);
 /* Option subnormal_census: adds to be->census the subnormal values among g's inputs
  * (after the contract's rounding) and its fp32 result C, the values the AMX unit would
  * have read or written as zero. */
 void cpu_amx_census(cpu_be *be, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, const float *C, int ldc);
+
+/* ---- the 8-bit GEMMs' quantisation (cpu_quant.c) ---- */
+/* A format's rounding in fp32 arithmetic (ok = 0: only the scalar form describes it). */
+typedef struct cpu_qfmt {
+    int ok, tie_up, subnormals, fnuz;
+    unsigned sh;                           /* 23 - mantissa bits */
+    float min_normal, magic, maxv, mid;    /* 2^emin, 2^(emin - M + 23), largest finite, its midpoint up */
+} cpu_qfmt;
+void cpu_qfmt_init(const mpx_format *f, cpu_qfmt *q);
+/* x[i] = the format's value nearest x[i] * s (saturating; lut: the decode table), i < n,
+ * counted into st's nonzero, saturated and flushed (not n or scale): bit for bit
+ * lut[mpx_fmt_encode_sat(f, x[i] * s)], in AVX-512 where qf->ok and the CPU has it. */
+void cpu_quantize(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, size_t n,
+                  float s, mpx_quant_stats *st);
 
 /* ---- GEMM (cpu_gemm.c, cpu_gemm_scaled.c) ---- */
 /* One fp32 row-major GEMM of g's shape on compact operands, cut over the pool (NULL:

@@ -2,7 +2,7 @@
 CPU_BACKEND_SRCS := $(addprefix plugins/backend/cpu/,cpu_backend.c cpu_pool.c cpu_convert.c \
                     cpu_elementwise.c cpu_gemm.c cpu_rows.c cpu_rows_softmax.c cpu_misc.c \
                     cpu_vecmath.c cpu_formats.c cpu_gemm_scaled.c cpu_gemm_h100.c cpu_gemm_small.c \
-                    cpu_gemm_linear.c cpu_gemm_pack.c cpu_gemm_amx.c cpu_attention.c)
+                    cpu_gemm_linear.c cpu_gemm_pack.c cpu_gemm_amx.c cpu_quant.c cpu_attention.c)
 $(eval $(call add_plugin,backend,cpu,$(CPU_BACKEND_SRCS),$(BLAS_LIBS) -lmvec -lpthread))
 # -O3: the conversion loops are written to be vectorised.
 $(BUILD)/obj/plugins/backend/cpu/%.o: EXTRA_CFLAGS += $(BLAS_CFLAGS) -O3
