@@ -3,10 +3,12 @@
  * bert-base's sizes, through a session and mpx_train_one_step: the code path `mpx run`
  * takes. Prints, per model: tokens/s, GFLOP/s over the step's GEMM FLOPs, the ratio to
  * OpenBLAS sgemm timed in the same process (the "ceiling"), peak RSS, counted memory by
- * role, the bf16-master/fp32 step-time ratio (wall and CPU time: on shared cores the CPU
+ * role, each policy's step time over fp32's (wall and CPU time: on shared cores the CPU
  * seconds a step takes, all threads, move far less than its wall time) and, when PyTorch
- * imports, the ratio to PyTorch eager on the same step (tests/bench_step_torch.py --serve,
- * same threads), whose steps run alternately with mpx's timed ones in the fp32 case.
+ * imports, the ratio to PyTorch as users run it on the same step (tests/bench_step_torch.py
+ * --serve, same threads; sdpa attention; fp32 for fp32, torch.autocast bf16 for bf16-master
+ * and for bf16-master+amx, which is bf16-master with backend.cpu.bf16_gemm = "amx"; fp16 for
+ * amp), and for fp32 also PyTorch eager, whose steps run alternately with mpx's timed ones.
  *
  * GEMM FLOPs of a step = 6 x (forward GEMM multiply-adds): forward 2 FLOPs per MAC, and
  * backward twice forward (dX and dW for each linear; dP, dV, dQ, dK for attention).
@@ -186,7 +188,28 @@ static double ceiling_run(ceiling *c, double *op_gf)
 #define N_POLICIES 2
 static const char *const g_policies[N_POLICIES] = { "", "passive" };
 
+/* The PyTorch configurations a case is measured against, the matching one first: as users
+ * run PyTorch, transformers' default attention (sdpa), fp32 for fp32 and torch.autocast
+ * for the 16-bit policies (bf16 for the bf16 ones, fp16 for amp and fp16-scaled); the fp32
+ * case also against eager attention (the comparison of the earlier speed issues). */
+#define N_PEERS 2
+#define N_SRV (N_PEERS * N_POLICIES)
+typedef struct peer { const char *attn, *autocast, *label; } peer;
+
+static int peers_of(const char *prec, peer out[N_PEERS])
+{
+    if (!strcmp(prec, "fp32")) {
+        out[0] = (peer){ "sdpa", "none", "sdpa fp32" };
+        out[1] = (peer){ "eager", "none", "eager fp32" };
+        return 2;
+    }
+    if (strstr(prec, "bf16")) { out[0] = (peer){ "sdpa", "bf16", "sdpa autocast bf16" }; return 1; }
+    if (!strcmp(prec, "amp") || strstr(prec, "fp16")) { out[0] = (peer){ "sdpa", "fp16", "sdpa autocast fp16" }; return 1; }
+    return 0;
+}
+
 typedef struct torch_srv {
+    const peer *cfg;   /* its attention and autocast */
     pid_t pid;
     FILE *in, *out;
     int ok;   /* started and answering */
@@ -195,11 +218,12 @@ typedef struct torch_srv {
 } torch_srv;
 
 /* Starts the server (its warm-up runs while the caller sets up); 0 when it runs. */
-static int torch_start(torch_srv *t, const char *config_json, int threads, const char *policy)
+static int torch_start(torch_srv *t, const char *config_json, int threads, const char *policy, const peer *cfg)
 {
     int to[2], from[2];
     memset(t, 0, sizeof *t);
     t->pid = -1;
+    t->cfg = cfg;
     /* close-on-exec: a second server or any other child must not hold this one's pipes
      * (dup2 onto 0 and 1 clears the flag for the server itself) */
     if (pipe2(to, O_CLOEXEC)) return -1;
@@ -210,13 +234,14 @@ static int torch_start(torch_srv *t, const char *config_json, int threads, const
     snprintf(th, sizeof th, "%d", threads);
     snprintf(pad, sizeof pad, "%.17g", g_pad);
     snprintf(pol, sizeof pol, "OMP_WAIT_POLICY=%s", policy);
-    char *args[16];
+    char *args[24];
     int n = 0;
     args[n++] = "env";
     if (policy[0]) args[n++] = pol;
     else args[n++] = "-u", args[n++] = "OMP_WAIT_POLICY";
     args[n++] = "python3", args[n++] = "tests/bench_step_torch.py", args[n++] = "--config";
     args[n++] = (char *)config_json, args[n++] = "--threads", args[n++] = th, args[n++] = "--pad", args[n++] = pad;
+    args[n++] = "--attn", args[n++] = (char *)cfg->attn, args[n++] = "--autocast", args[n++] = (char *)cfg->autocast;
     args[n++] = "--serve", args[n] = NULL;
     fflush(stdout);
     pid_t pid = fork();
@@ -302,7 +327,8 @@ static int time_model(mpx_session *s, mpx_task *t, int steps, double *median_s)
 }
 
 /* The evaluation forward: eval mode (no dropout), no labels, on a forward-only bind. */
-static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, double *sum_s, torch_srv *torch)
+static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, double *sum_s, torch_srv *torch,
+                     int n_srv)
 {
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     const mpx_model_vtable *mv = &m->rec->vt.model;
@@ -321,7 +347,7 @@ static int time_eval(mpx_session *s, mpx_task *t, int steps, double *median_s, d
         if (i >= 0) times[i] = now() - t0;
         bench_profile_enable(0);
         if (rc) return -1;
-        for (int p = 0; torch && i >= 0 && p < N_POLICIES; p++) torch_one(&torch[p], "eval");
+        for (int p = 0; torch && i >= 0 && p < n_srv; p++) torch_one(&torch[p], "eval");
     }
     *sum_s = 0;
     for (int i = 0; i < steps; i++) *sum_s += times[i];
@@ -387,11 +413,24 @@ static double steal_pct(const jiffies *since)
 static int run_case(const char *name, const char *ckpt, const char *prec, int steps,
                     const char *plugin_dir, const char *const *ovr, size_t n_ovr, const char *torch_json)
 {
-    char cfg[256], err[8192] = "";
-    torch_srv torch[N_POLICIES];   /* PyTorch alongside (torch_json given) */
-    int with_torch = 0;
-    for (int p = 0; p < N_POLICIES; p++) memset(&torch[p], 0, sizeof torch[p]), torch[p].pid = -1;
-    if (write_cfg(cfg, sizeof cfg, ckpt, prec)) { fprintf(stderr, "bench_step: cannot write %s\n", cfg); return 1; }
+    char cfg[256], err[8192] = "", policy[32];
+    torch_srv torch[N_SRV];   /* PyTorch alongside (torch_json given): peer k, wait policy p at k N_POLICIES + p */
+    peer peers[N_PEERS];
+    int with_torch = 0, n_peers = torch_json ? peers_of(prec, peers) : 0, n_srv = n_peers * N_POLICIES;
+    for (int p = 0; p < N_SRV; p++) memset(&torch[p], 0, sizeof torch[p]), torch[p].pid = -1;
+    /* "POLICY+amx": the policy with backend.cpu.bf16_gemm = "amx" (the AMX path, opted in) */
+    const char *ovr_all[MAX_OVR + 1];
+    size_t n_all = 0;
+    for (size_t i = 0; i < n_ovr && i < MAX_OVR; i++) ovr_all[n_all++] = ovr[i];
+    snprintf(policy, sizeof policy, "%s", prec);
+    char *plus = strchr(policy, '+');
+    if (plus && !strcmp(plus, "+amx")) {
+        *plus = 0;
+        ovr_all[n_all++] = "backend.cpu.bf16_gemm=\"amx\"";
+    }
+    ovr = ovr_all;
+    n_ovr = n_all;
+    if (write_cfg(cfg, sizeof cfg, ckpt, policy)) { fprintf(stderr, "bench_step: cannot write %s\n", cfg); return 1; }
     const char *dirs[] = { plugin_dir };
     mpx_session s;
     mpx_task t = { .name = "bench" };
@@ -418,17 +457,18 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     ce.be = s.be;
     if (torch_json) {   /* started now: their set-up and warm-up overlap mpx's, untimed */
         signal(SIGPIPE, SIG_IGN);   /* a server that died answers nothing; it must not end this process */
-        for (int p = 0; p < N_POLICIES; p++)
-            if (torch_start(&torch[p], torch_json, threads, g_policies[p]) == 0) with_torch = 1;
+        for (int p = 0; p < n_srv; p++)
+            if (torch_start(&torch[p], torch_json, threads, g_policies[p % N_POLICIES], &peers[p / N_POLICIES]) == 0)
+                with_torch = 1;
     }
     double times[MAX_STEPS], cpu[MAX_STEPS], ceil_gf[MAX_STEPS], ceil_op[MAX_STEPS], loss = 0, unused_gf;
     int skipped = 0;
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     ceiling_run(&ce, &unused_gf);   /* warm-up */
-    for (int p = 0; with_torch && p < N_POLICIES; p++)
+    for (int p = 0; with_torch && p < n_srv; p++)
         if (torch_ready(&torch[p]))
-            printf("  PyTorch alongside (OMP_WAIT_POLICY=%s) did not start: tests/bench_step_torch.py --serve\n",
-                   g_policies[p][0] ? g_policies[p] : "unset");
+            printf("  PyTorch alongside (%s, OMP_WAIT_POLICY=%s) did not start: tests/bench_step_torch.py --serve\n",
+                   torch[p].cfg->label, g_policies[p % N_POLICIES][0] ? g_policies[p % N_POLICIES] : "unset");
     jiffies j0 = { 0, 0 };
     int have_j = read_jiffies(&j0) == 0;
     for (int i = -1; i < steps; i++) {   /* step -1: warm-up (first touch, workspaces) */
@@ -441,7 +481,7 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         }
         if (i >= 0) times[i] = now() - t0, cpu[i] = cpu_time() - c0;
         bench_profile_enable(0);
-        for (int p = 0; with_torch && i >= 0 && p < N_POLICIES; p++) torch_one(&torch[p], "step");
+        for (int p = 0; with_torch && i >= 0 && p < n_srv; p++) torch_one(&torch[p], "step");
     }
     ceiling_close(&ce);
     double steal = have_j ? steal_pct(&j0) : NAN;
@@ -476,8 +516,8 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     /* last, as mpx eval runs it: the model bound forward-only (no grads) */
     double eval_s = NAN, eval_sum = 0;
     /* PyTorch's step over mpx's, step by step (before the medians sort `times`) */
-    double paired[N_POLICIES][MAX_STEPS];
-    for (int p = 0; p < N_POLICIES; p++)
+    double paired[N_SRV][MAX_STEPS];
+    for (int p = 0; p < n_srv; p++)
         for (int i = 0; i < torch[p].n_step && i < steps; i++) paired[p][i] = torch[p].step[i] / times[i];
     double tmin = times[0];
     for (int i = 1; i < steps; i++) tmin = times[i] < tmin ? times[i] : tmin;
@@ -501,22 +541,24 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     mpx_instance *mi = &s.inst[MPX_KIND_MODEL];
     mpx_model_bind fb = { .size = sizeof fb, .weights = s.weights, .grads = mpx_a(NULL, s.grads.t),
                           .offsets = s.offsets, .numel = s.numel };
-    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s, &eval_sum, with_torch ? torch : NULL)) {
+    if (mi->rec->vt.model.bind(mi->self, &fb, BATCH, SEQ) || time_eval(&s, &t, steps, &eval_s, &eval_sum, with_torch ? torch : NULL, n_srv)) {
         mpx_session_error(&s, MPX_KIND_MODEL, err, sizeof err);
         goto out;
     }
     printf("  evaluation forward (forward-only bind, no dropout, no labels): median %.3f s, %.2f windows/s\n", eval_s,
            BATCH / eval_s);
     bench_profile_print("an evaluation forward's", steps, eval_sum);
-    /* PyTorch's figures: each policy's medians; the table takes the faster policy's */
-    double torch_s = NAN, torch_cpu_s = NAN, torch_eval_s = NAN, torch_eval_cpu_s = NAN, paired_med = NAN;
-    double paired_lo = NAN, paired_hi = NAN;
-    for (int p = 0; with_torch && p < N_POLICIES; p++) {
+    /* PyTorch's figures: each peer's, each policy's medians; the table takes the faster policy's */
+    double torch_s[N_PEERS], torch_cpu_s[N_PEERS], torch_eval_s[N_PEERS], torch_eval_cpu_s[N_PEERS];
+    double paired_med = NAN, paired_lo = NAN, paired_hi = NAN;
+    for (int k = 0; k < N_PEERS; k++) torch_s[k] = torch_cpu_s[k] = torch_eval_s[k] = torch_eval_cpu_s[k] = NAN;
+    for (int p = 0; with_torch && p < n_srv; p++) {
         torch_srv *tp = &torch[p];
-        const char *pol = g_policies[p][0] ? g_policies[p] : "unset (PyTorch's default)";
+        int k = p / N_POLICIES, w = p % N_POLICIES;
+        const char *pol = g_policies[w][0] ? g_policies[w] : "unset (PyTorch's default)";
         if (tp->n_step < steps || tp->n_eval < steps) {
-            printf("  PyTorch alongside, OMP_WAIT_POLICY=%s: %d of %d steps and %d of %d forwards answered; not used\n",
-                   pol, tp->n_step, steps, tp->n_eval, steps);
+            printf("  PyTorch alongside (%s), OMP_WAIT_POLICY=%s: %d of %d steps and %d of %d forwards answered; not used\n",
+                   tp->cfg->label, pol, tp->n_step, steps, tp->n_eval, steps);
             continue;
         }
         double tmin_t = tp->step[0];
@@ -524,13 +566,16 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
         double st = median(tp->step, steps), sc = median(tp->step_cpu, steps);
         double ev = median(tp->eval, steps), ec = median(tp->eval_cpu, steps);
         double pm = median(paired[p], steps), plo = paired[p][0], phi = paired[p][steps - 1];   /* sorted */
-        printf("  PyTorch eager alongside (tests/bench_step_torch.py --serve, OMP_WAIT_POLICY=%s, one of its steps "
+        printf("  PyTorch %s alongside (tests/bench_step_torch.py --serve, OMP_WAIT_POLICY=%s, one of its steps "
                "after each of these): step median %.3f s (min %.3f), CPU %.3f s; evaluation forward median %.3f s, "
                "CPU %.3f s; its step / mpx's, step by step: median %.2f (%.2f-%.2f)\n",
-               pol, st, tmin_t, sc, ev, ec, pm, plo, phi);
-        if (isnan(torch_s) || st < torch_s) torch_s = st, paired_med = pm, paired_lo = plo, paired_hi = phi;
-        if (isnan(torch_eval_s) || ev < torch_eval_s) torch_eval_s = ev;
-        if (g_policies[p][0]) torch_cpu_s = sc, torch_eval_cpu_s = ec;   /* passive: waiting threads sleep */
+               tp->cfg->label, pol, st, tmin_t, sc, ev, ec, pm, plo, phi);
+        if (isnan(torch_s[k]) || st < torch_s[k]) {
+            torch_s[k] = st;
+            if (k == 0) paired_med = pm, paired_lo = plo, paired_hi = phi;
+        }
+        if (isnan(torch_eval_s[k]) || ev < torch_eval_s[k]) torch_eval_s[k] = ev;
+        if (g_policies[w][0]) torch_cpu_s[k] = sc, torch_eval_cpu_s[k] = ec;   /* passive: waiting threads sleep */
     }
     printf("  with diagnostics on the step: median %.3f s, +%.3f s (%.1f%%; on every log_every-th step only)\n",
            diag_s, diag_s - step_s, 100.0 * (diag_s - step_s) / step_s);
@@ -544,14 +589,14 @@ static int run_case(const char *name, const char *ckpt, const char *prec, int st
     printf("result %s %s threads=%d step_s=%.5f min_s=%.5f flop=%.6e ceiling=%.3f rss=%ld "
            "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%.5f eval_s=%.5f cpu_s=%.5f gemm_s=%.5f "
            "ceil_blas=%.3f ceil_mpx=%.3f torch_s=%.5f torch_cpu_s=%.5f torch_eval_s=%.5f torch_eval_cpu_s=%.5f "
-           "paired=%.4f paired_lo=%.4f paired_hi=%.4f\n",
+           "paired=%.4f paired_lo=%.4f paired_hi=%.4f torch2_s=%.5f torch2_eval_s=%.5f\n",
            name, prec, threads, step_s, tmin, flop, ceil, ru.ru_maxrss * 1024L, model_scratch,
-           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s, ceil_blas, ceil_mpx, torch_s, torch_cpu_s,
-           torch_eval_s, torch_eval_cpu_s, paired_med, paired_lo, paired_hi);
+           scratch_peak, persistent, model_s, eval_s, cpu_s, gemm_s, ceil_blas, ceil_mpx, torch_s[0], torch_cpu_s[0],
+           torch_eval_s[0], torch_eval_cpu_s[0], paired_med, paired_lo, paired_hi, torch_s[1], torch_eval_s[1]);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step %s %s: %s\n", name, prec, err[0] ? err : "failed");
-    for (int p = 0; p < N_POLICIES; p++) torch_stop(&torch[p]);
+    for (int p = 0; p < N_SRV; p++) torch_stop(&torch[p]);
     mpx_session_close(&s);
     unlink(cfg);
     return rc;
@@ -564,6 +609,7 @@ typedef struct result {
     int threads, ok;
     double step_s, min_s, flop, ceiling, gemm_s, torch_s, model_s, eval_s, torch_eval_s, cpu_s, torch_cpu_s, torch_eval_cpu_s;
     double ceil_blas, ceil_mpx, paired, paired_lo, paired_hi;
+    double torch2_s, torch2_eval_s;   /* the second peer (fp32: PyTorch eager), NaN when none */
     long rss;
     size_t model_scratch, scratch_peak, persistent;
 } result;
@@ -604,11 +650,11 @@ static int run_child(const char *self, const char *name, const char *ckpt, const
         if (sscanf(line, "result %63s %63s threads=%d step_s=%lf min_s=%lf flop=%lf ceiling=%lf rss=%ld "
                          "model_scratch=%zu scratch_peak=%zu persistent=%zu model_s=%lf eval_s=%lf cpu_s=%lf gemm_s=%lf "
                          "ceil_blas=%lf ceil_mpx=%lf torch_s=%lf torch_cpu_s=%lf torch_eval_s=%lf "
-                         "torch_eval_cpu_s=%lf paired=%lf paired_lo=%lf paired_hi=%lf", nm, pr,
+                         "torch_eval_cpu_s=%lf paired=%lf paired_lo=%lf paired_hi=%lf torch2_s=%lf torch2_eval_s=%lf", nm, pr,
                    &r->threads, &r->step_s, &r->min_s, &r->flop, &r->ceiling, &r->rss, &r->model_scratch,
                    &r->scratch_peak, &r->persistent, &r->model_s, &r->eval_s, &r->cpu_s, &r->gemm_s,
                    &r->ceil_blas, &r->ceil_mpx, &r->torch_s, &r->torch_cpu_s, &r->torch_eval_s,
-                   &r->torch_eval_cpu_s, &r->paired, &r->paired_lo, &r->paired_hi) == 24)
+                   &r->torch_eval_cpu_s, &r->paired, &r->paired_lo, &r->paired_hi, &r->torch2_s, &r->torch2_eval_s) == 26)
             r->ok = 1;
     }
     int st = pclose(p);
@@ -629,12 +675,20 @@ static double loadavg(void)
 }
 
 
+/* The matching PyTorch configuration of a policy (peers_of's first), for the tables. */
+static const char *peer_label(const char *prec)
+{
+    peer p[N_PEERS];
+    return peers_of(prec, p) ? p[0].label : "-";
+}
+
 static void print_row(const result *r)
 {
     double tok = BATCH * SEQ / r->step_s, gfs = r->flop / r->step_s * 1e-9;
-    printf("%-10s %-12s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %8.1f %6.1f%% %6.1f%% %9.0f %8.0f", r->name, r->prec,
+    printf("%-10s %-15s %3d %8.3f %8.0f %8.1f %8.1f %8.1f %8.1f %6.1f%% %6.1f%% %9.0f %8.0f", r->name, r->prec,
            r->threads, r->step_s, tok, r->flop * 1e-9, gfs, r->ceil_blas, r->ceil_mpx, 100.0 * gfs / r->ceiling,
            100.0 * r->flop / r->gemm_s * 1e-9 / r->ceiling, mib(r->model_scratch), (double)r->rss / (1024.0 * 1024.0));
+    printf(" %-18s", peer_label(r->prec));
     if (isnan(r->torch_s)) printf("        -       -\n");
     else if (isnan(r->paired)) printf(" %8.3f %6.2fx\n", r->torch_s, r->torch_s / r->step_s);
     else printf(" %8.3f %6.2fx %5.2fx (%.2f-%.2f)\n", r->torch_s, r->torch_s / r->step_s, r->paired, r->paired_lo,
@@ -771,46 +825,57 @@ static double fma_peak(int threads, const char **isa) { (void)threads; (void)isa
 #endif
 
 #define N_MODELS 2
-#define N_PRECS 2
+#define N_PRECS 4
 
 /* One kernel setting's tables: the step, its CPU time, the evaluation, bf16/fp32. */
 static void print_tables(result res[N_MODELS][N_PRECS], const char *const *model_names, const char *kernels)
 {
     printf("\n-- OpenBLAS kernels: %s --\n", kernels);
-    printf("%-10s %-12s %3s %8s %8s %8s %8s %8s %8s %7s %7s %9s %8s %8s %7s %s\n", "model", "precision", "thr",
+    printf("%-10s %-15s %3s %8s %8s %8s %8s %8s %8s %7s %7s %9s %8s %-18s %8s %7s %s\n", "model", "precision", "thr",
            "step s", "tok/s", "GEMM GF", "GFLOP/s", "blas GF", "mpx GF", "of ceil", "GEMMs", "act MiB", "RSS MiB",
-           "torch s", "speedup", "paired (range)");
+           "PyTorch peer", "torch s", "speedup", "paired (range)");
     for (int m = 0; m < N_MODELS; m++)
         for (int p = 0; p < N_PRECS; p++)
             if (res[m][p].ok) print_row(&res[m][p]);
     printf("\nCPU seconds a training step, every thread (on shared cores the steadier figure; torch under "
            "OMP_WAIT_POLICY=passive, whose waiting threads sleep)\n");
-    printf("%-10s %-12s %3s %8s %9s %7s\n", "model", "precision", "thr", "cpu s", "torch cpu", "ratio");
+    printf("%-10s %-15s %3s %8s %9s %7s\n", "model", "precision", "thr", "cpu s", "torch cpu", "ratio");
     for (int m = 0; m < N_MODELS; m++)
         for (int p = 0; p < N_PRECS; p++) {
             const result *r = &res[m][p];
             if (!r->ok) continue;
-            printf("%-10s %-12s %3d %8.3f", r->name, r->prec, r->threads, r->cpu_s);
+            printf("%-10s %-15s %3d %8.3f", r->name, r->prec, r->threads, r->cpu_s);
             if (isnan(r->torch_cpu_s)) printf("         -       -\n");
             else printf(" %9.3f %6.2fx\n", r->torch_cpu_s, r->torch_cpu_s / r->cpu_s);
         }
-    printf("\nevaluation forward (eval mode, no labels; mpx forward vs torch.inference_mode()), batch %d x %d\n",
-           BATCH, SEQ);
-    printf("%-10s %-12s %3s %8s %10s %8s %10s %7s\n", "model", "precision", "thr", "fwd s", "windows/s",
-           "torch s", "torch w/s", "speedup");
+    printf("\nevaluation forward (eval mode, no labels; mpx forward vs torch.inference_mode() in the same PyTorch "
+           "configuration), batch %d x %d\n", BATCH, SEQ);
+    printf("%-10s %-15s %3s %8s %10s %-18s %8s %10s %7s\n", "model", "precision", "thr", "fwd s", "windows/s",
+           "PyTorch peer", "torch s", "torch w/s", "speedup");
     for (int m = 0; m < N_MODELS; m++)
         for (int p = 0; p < N_PRECS; p++) {
             const result *r = &res[m][p];
             if (!r->ok) continue;
-            printf("%-10s %-12s %3d %8.3f %10.2f", r->name, r->prec, r->threads, r->eval_s, BATCH / r->eval_s);
+            printf("%-10s %-15s %3d %8.3f %10.2f %-18s", r->name, r->prec, r->threads, r->eval_s, BATCH / r->eval_s,
+                   peer_label(r->prec));
             if (isnan(r->torch_eval_s)) printf("        -          -       -\n");
             else printf(" %8.3f %10.2f %6.2fx\n", r->torch_eval_s, BATCH / r->torch_eval_s, r->torch_eval_s / r->eval_s);
         }
+    printf("\nfp32 against PyTorch eager attention (the comparison of the earlier speed issues)\n");
+    for (int m = 0; m < N_MODELS; m++) {
+        const result *r = &res[m][0];
+        if (r->ok && !isnan(r->torch2_s))
+            printf("%-10s fp32 step %.3f s, PyTorch eager %.3f s: %.2fx; evaluation forward %.3f s, PyTorch eager %.3f s: "
+                   "%.2fx\n", r->name, r->step_s, r->torch2_s, r->torch2_s / r->step_s, r->eval_s, r->torch2_eval_s,
+                   r->torch2_eval_s / r->eval_s);
+    }
+    printf("\n");
     for (int m = 0; m < N_MODELS; m++)
-        if (res[m][0].ok && res[m][1].ok)
-            printf("%s: bf16-master step / fp32 step = %.2f (16-bit storage overhead); in CPU time a step %.2f "
-                   "(%.3f / %.3f s)\n", model_names[m], res[m][1].step_s / res[m][0].step_s,
-                   res[m][1].cpu_s / res[m][0].cpu_s, res[m][1].cpu_s, res[m][0].cpu_s);
+        for (int p = 1; p < N_PRECS; p++)
+            if (res[m][0].ok && res[m][p].ok)
+                printf("%s: %s step / fp32 step = %.2f; in CPU time a step %.2f (%.3f / %.3f s)\n", model_names[m],
+                       res[m][p].prec, res[m][p].step_s / res[m][0].step_s, res[m][p].cpu_s / res[m][0].cpu_s,
+                       res[m][p].cpu_s, res[m][0].cpu_s);
 }
 
 /* kernels: 0 = as the environment sets them, 1 = OpenBLAS's own choice, 2 = both (the
@@ -831,7 +896,8 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         { "bert-base", dir, json, steps },
     };
     const char *model_names[N_MODELS] = { models[0].name, models[1].name };
-    const char *precs[N_PRECS] = { "fp32", "bf16-master" };
+    /* bf16-master+amx: backend.cpu.bf16_gemm = "amx" (opt-in: docs/SPEED.md, the census) */
+    const char *precs[N_PRECS] = { "fp32", "bf16-master", "bf16-master+amx", "amp" };
     /* OpenBLAS picks its kernels when it loads; OPENBLAS_CORETYPE overrides the choice
      * (Haswell = AVX2 only, even on a CPU with AVX-512), and PyTorch's own GEMMs ignore it */
     const char *core_env = getenv("OPENBLAS_CORETYPE");
@@ -893,9 +959,9 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
         for (int k = 0; k < n_sets; k++)
             for (int p = 0; p < N_PRECS; p++) {
                 result *r = &res[k][m][p];
-                /* PyTorch once per model, alongside the first kernel set's fp32 case: its own
-                 * GEMMs do not read OPENBLAS_CORETYPE */
-                const char *tj = with_torch && k == 0 && p == 0 ? models[m].json : NULL;
+                /* PyTorch alongside each case of the first kernel set (the peers of its
+                 * policy): its own GEMMs do not read OPENBLAS_CORETYPE */
+                const char *tj = with_torch && k == 0 ? models[m].json : NULL;
                 printf("  [kernels: %s]\n", labels[k]);
                 if (run_child(self, models[m].name, models[m].ckpt, precs[p], models[m].steps, plugin_dir, ovr, n_ovr,
                               sets[k], tj, r)) {
@@ -903,13 +969,16 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
                     rc = 1;
                 }
                 if (!tj) r->torch_s = r->torch_eval_s = r->torch_cpu_s = r->torch_eval_cpu_s = r->paired = NAN;
+                if (!tj) r->torch2_s = r->torch2_eval_s = NAN;
             }
-        result *r0 = &res[0][m][0];
-        if (with_torch && r0->ok) {
+        for (int p = 0; with_torch && p < N_PRECS; p++) {
+            result *r0 = &res[0][m][p];
+            if (!r0->ok) continue;
             for (int k = 1; k < n_sets; k++) {
-                result *rk = &res[k][m][0];
+                result *rk = &res[k][m][p];
                 rk->torch_s = r0->torch_s, rk->torch_eval_s = r0->torch_eval_s;
                 rk->torch_cpu_s = r0->torch_cpu_s, rk->torch_eval_cpu_s = r0->torch_eval_cpu_s;
+                rk->torch2_s = r0->torch2_s, rk->torch2_eval_s = r0->torch2_eval_s;
             }
         }
     }
@@ -938,10 +1007,13 @@ static int run_all(const char *self, int steps, int with_torch, int kernels, con
            "the faster of the two; of ceil = GEMM GF / step s / ceiling (the whole step against the ceiling); GEMMs = "
            "GEMM GF / the seconds inside the GEMM ops and the attention op / ceiling (the GEMMs alone, but for the "
            "attention op's softmax and dropout, which run inside it between its GEMMs); act = the model's counted scratch; "
-           "torch s = median PyTorch eager step, the faster of its two OpenMP wait policies, one PyTorch process per policy, "
-           "each running one step after each of mpx's timed fp32 steps (measured once per model, beside the first "
-           "kernel set: PyTorch's GEMMs do not read OPENBLAS_CORETYPE); speedup = torch s / step s; paired = the median "
-           "of that policy's step / mpx's step, step by step, and their range\n", BATCH * SEQ);
+           "PyTorch peer = the PyTorch configuration a policy is compared with, as users run it: transformers' default "
+           "attention (sdpa), fp32 for fp32, torch.autocast bf16 for the bf16 policies, fp16 for amp; torch s = its median "
+           "step, the faster of its two OpenMP wait policies, one PyTorch process per policy, each running one step "
+           "after each of mpx's timed steps of that case (beside the first kernel set: PyTorch's GEMMs do not read "
+           "OPENBLAS_CORETYPE); speedup = torch s / step s; paired = the median of that policy's step / mpx's step, "
+           "step by step, and their range; bf16-master+amx = bf16-master with backend.cpu.bf16_gemm = \"amx\"\n",
+           BATCH * SEQ);
     json[0] = 0;
     snprintf(json, sizeof json, "%s/config.json", dir);
     unlink(json);

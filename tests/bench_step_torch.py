@@ -6,7 +6,10 @@ weights: speed does not depend on their values), batch B x S of random token ids
 mask 1, random start/end labels, train mode (dropout on), forward, backward of the mean
 start/end cross-entropy, clip_grad_norm_(1.0), Adam with weight decay 0.01 (AdamW, the
 usual BERT fine-tuning step). fp32 on the CPU, attention "eager" (the explicit
-softmax(QK^T)V of the C model; --attn sdpa for PyTorch's fused kernel).
+softmax(QK^T)V of the C model; --attn sdpa for PyTorch's fused kernel, transformers'
+default). --autocast bf16 or fp16 runs the forward and the loss under
+torch.autocast("cpu", dtype) (the backward follows the dtypes autocast chose), as users
+train in 16 bits on a CPU: the peer of mpx's bf16-master and amp.
 
 With --eval, the evaluation forward instead: eval mode (no dropout) under
 torch.inference_mode(), no labels, start/end logits only.
@@ -14,6 +17,7 @@ torch.inference_mode(), no labels, start/end logits only.
 Prints one line:  torch_step_s MEDIAN (min MIN, threads N, steps K, attn A)
          (--eval) torch_eval_s MEDIAN (...)
 Usage: bench_step_torch.py --config DIR/config.json [--threads N] [--steps K] [--batch B] [--seq S] [--eval]
+                           [--attn eager|sdpa] [--autocast none|bf16|fp16]
 
 With --serve it times nothing on its own: after two warm-up training steps and one warm-up
 evaluation forward it prints "ready ..." and then, for each line read on stdin, runs one
@@ -36,6 +40,7 @@ def main():
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--seq", type=int, default=384)
     ap.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
+    ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"])
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--pad", type=float, default=0.0, help="fraction of each window masked (bench_step --pad)")
@@ -65,9 +70,15 @@ def main():
     start = torch.randint(0, valid, (a.batch,), generator=g)
     end = torch.randint(0, valid, (a.batch,), generator=g)
 
+    ac_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.autocast)
+
+    def autocast():
+        return torch.autocast("cpu", dtype=ac_dtype, enabled=ac_dtype is not None)
+
     def step():
-        out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask,
-                    start_positions=start, end_positions=end)
+        with autocast():
+            out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask,
+                        start_positions=start, end_positions=end)
         opt.zero_grad(set_to_none=False)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -76,7 +87,7 @@ def main():
 
     def forward_only():
         model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast():
             out = model(input_ids=ids, token_type_ids=seg, attention_mask=mask)
             return float(out.start_logits[0, 0])
 
@@ -92,7 +103,8 @@ def main():
         step()
         forward_only()
         model.train()
-        print("ready threads %d torch %s" % (torch.get_num_threads(), torch.__version__), flush=True)
+        print("ready threads %d torch %s attn %s autocast %s"
+              % (torch.get_num_threads(), torch.__version__, a.attn, a.autocast), flush=True)
         for line in sys.stdin:
             cmd = line.strip()
             if cmd == "step":
@@ -116,9 +128,9 @@ def main():
         wall, c = timed(step)
         times.append(wall)
         cpu.append(c)
-    print("%s %.4f (min %.4f, threads %d, steps %d, attn %s, torch %s)"
+    print("%s %.4f (min %.4f, threads %d, steps %d, attn %s, autocast %s, torch %s)"
           % ("torch_eval_s" if a.eval else "torch_step_s", statistics.median(times), min(times),
-             torch.get_num_threads(), a.steps, a.attn, torch.__version__))
+             torch.get_num_threads(), a.steps, a.attn, a.autocast, torch.__version__))
     # every thread's CPU seconds (OpenMP threads that spin while they wait count too:
     # OMP_WAIT_POLICY=passive keeps that out)
     print("%s %.4f" % ("torch_eval_cpu_s" if a.eval else "torch_cpu_s", statistics.median(cpu)))

@@ -39,12 +39,13 @@ static const mpx_option cpu_options[] = {
               "order (the same bits on either ISA and any thread count; OpenBLAS on CPUs with neither); mpx-avx2 = the "
               "AVX2 kernel even where AVX-512 exists; openblas = cblas_sgemm, as before version 1.3.0 of this backend "
               "(other bits; its speed depends on the kernels OpenBLAS picks for the CPU)" },
-    { .key = "bf16_gemm", .type = MPX_OPT_CHOICE, .def = "\"auto\"", .choices = "auto|amx|fma",
-      .help = "GEMMs on two bf16 operands (compute bf16, or fp32 on bf16 operands), from version 1.5.0 of this "
-              "backend: amx = the CPU's AMX-BF16 tiles (the same products, accumulated in fp32 in the unit's order: "
-              "other bits than fma's; subnormal inputs read as zero and subnormal results flushed); fma = the fp32 "
-              "FMA kernels of linear_gemm and attention_gemm; auto = amx where the CPU has it and the OS grants "
-              "the tiles, else fma. run.json's backend line says which ran" },
+    { .key = "bf16_gemm", .type = MPX_OPT_CHOICE, .def = "\"fma\"", .choices = "fma|amx|auto",
+      .help = "GEMMs on two bf16 operands (compute bf16, or fp32 on bf16 operands; and the 8-bit GEMMs' products), "
+              "from version 1.5.0 of this backend: fma = the fp32 FMA kernels of linear_gemm and attention_gemm; amx = "
+              "the CPU's AMX-BF16 tiles (the same products, accumulated in fp32 in the unit's order: other bits than "
+              "fma's; subnormal inputs, products and results read or written as zero), refused where the CPU or the "
+              "OS has none; auto = amx where available, else fma. Default fma: protocol A's census (subnormal_census) "
+              "found subnormal results in bf16 GEMMs (docs/SPEED.md). run.json's backend line says which ran" },
     { .key = "subnormal_census", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
       .help = "count, in every GEMM on two bf16 operands, the subnormal inputs and fp32 results (the values the "
               "AMX unit would read or write as zero); those GEMMs then take the fma path, and the counts are "
@@ -115,10 +116,10 @@ static int cpu_create(mpx_env *env, void **out)
     if (env->host->opt_string(env, "linear_gemm", &lin) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
     be->linear_gemm = !strcmp(lin, "openblas") ? 0 : cpu_small_gemm_level();
     if (!strcmp(lin, "mpx-avx2") && be->linear_gemm > 1) be->linear_gemm = 1;
-    const char *b16 = "auto";
+    const char *b16 = "fma";
     if (env->host->opt_string(env, "bf16_gemm", &b16) != MPX_OK ||
         env->host->opt_bool(env, "subnormal_census", &be->census) != MPX_OK) { cpu_destroy(be); return MPX_ERR; }
-    int amx_ok = strcmp(b16, "fma") != 0 && cpu_amx_available();
+    int amx_here = cpu_amx_available(), amx_ok = strcmp(b16, "fma") != 0 && amx_here;
     if (!strcmp(b16, "amx") && !amx_ok) {
         (void)MPX_FAIL(env, "backend.cpu.bf16_gemm = \"amx\": this CPU has no AMX-BF16, or the OS does not grant "
                             "the tile state (arch_prctl ARCH_REQ_XCOMP_PERM); use \"auto\" or \"fma\"");
@@ -151,7 +152,9 @@ static int cpu_create(mpx_env *env, void **out)
              be->threads, openblas_get_config(), be->has_f16c ? ", F16C" : "",
              be->small_gemm == 2 ? "mpx avx512" : be->small_gemm == 1 ? "mpx avx2" : "openblas",
              be->linear_gemm == 2 ? "mpx avx512" : be->linear_gemm == 1 ? "mpx avx2" : "openblas",
-             be->census ? "fma (subnormal census)" : be->bf16_gemm == CPU_BF16_GEMM_AMX ? "amx" : "fma");
+             be->census ? "fma (subnormal census)"
+             : be->bf16_gemm == CPU_BF16_GEMM_AMX ? "amx"
+             : amx_here ? "fma (AMX-BF16 here: bf16_gemm = \"amx\" opts in)" : "fma");
     *out = be;
     return MPX_OK;
 }
