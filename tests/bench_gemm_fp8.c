@@ -4,7 +4,9 @@
  * fp8-delayed (storage bf16) and mxfp8 policies keep them; the compute dtype is
  * fp8-e4m3 under each recipe: none (plain saturating rounding), delayed and current
  * (per-tensor scale: one amax pass more) and mx (a scale per 32 elements along K).
- * Columns: GFLOP/s, and each fp8 time over the fp32 time, in the same run.
+ * Columns: GFLOP/s, each time over the fp32 time, and each fp8 time over the bf16 time, in
+ * the same run. Two tables: backend.cpu.bf16_gemm = "fma" (the default) and "amx" (the
+ * bf16 and 8-bit products on AMX tiles; skipped where the CPU has none).
  * Usage: bench_gemm_fp8 [threads]   (default 0 = all cores) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,15 +28,20 @@ typedef struct backend {
     void *be;
 } backend;
 
-static backend open_backend(mpx_scaling recipe, int threads)
+static backend open_backend(mpx_scaling recipe, int threads, const char *bf16_gemm)
 {
     mpx_precision_desc d = th_fp32_policy();
     d.scaling = recipe;
     d.amax_history_len = 16;
     backend b = { th_env(NULL, NULL, &d), NULL, NULL };
-    char opts[64];
-    snprintf(opts, sizeof opts, "threads = %d;", threads);
-    if (th_use_cpu_backend(b.env, opts)) { fprintf(stderr, "%s\n", th_error(b.env)); exit(1); }
+    char opts[128];
+    snprintf(opts, sizeof opts, "threads = %d; bf16_gemm = \"%s\";", threads, bf16_gemm);
+    if (th_use_cpu_backend(b.env, opts)) {
+        fprintf(stderr, "bench_gemm_fp8: %s\n", th_error(b.env));
+        th_env_free(b.env);
+        b.env = NULL;
+        return b;
+    }
     b.ops = b.env->host->ops(b.env, &b.be);
     return b;
 }
@@ -74,21 +81,28 @@ static void fill(void *p, size_t n, mpx_dtype t, unsigned seed)
     }
 }
 
-int main(int argc, char **argv)
+static int one_table(int threads, const char *bf16_gemm)
 {
-    int threads = argc > 1 ? atoi(argv[1]) : 0;
     const mpx_scaling recipes[4] = { MPX_SCALING_NONE, MPX_SCALING_DELAYED, MPX_SCALING_CURRENT, MPX_SCALING_MX };
     backend b[4];
-    for (int r = 0; r < 4; r++) b[r] = open_backend(recipes[r], threads);
+    for (int r = 0; r < 4; r++) {
+        b[r] = open_backend(recipes[r], threads, bf16_gemm);
+        if (!b[r].env) {
+            for (int q = 0; q < r; q++) th_env_free(b[q].env);
+            printf("\nbf16_gemm = \"%s\": not available here\n", bf16_gemm);
+            return 0;
+        }
+    }
     const int T = 1152, S = 384, B = 3, H = 12, Hd = 384, Im = 1536, dh = Hd / H;
     shape shapes[] = {
         { "384->1536 fwd  X.W^T", 0, 1, T, Im, Hd, 1 }, { "384->1536 dX   dY.W", 0, 0, T, Hd, Im, 1 },
         { "384->1536 dW   dY^T.X", 1, 0, Im, Hd, T, 1 }, { "384->384 fwd   X.W^T", 0, 1, T, Hd, Hd, 1 },
         { "attn QK^T 36x(384x384x32)", 0, 1, S, S, dh, B * H }, { "attn PV   36x(384x32x384)", 0, 0, S, dh, S, B * H },
     };
-    printf("%-28s %8s %8s %8s %8s %8s %8s   %s\n", "shape (GFLOP/s)", "fp32", "bf16", "fp8", "delayed", "current", "mx",
-           "time / fp32: bf16 fp8 delayed current mx");
-    double sum[5] = { 0 };
+    printf("\nbackend.cpu.bf16_gemm = \"%s\"\n", bf16_gemm);
+    printf("%-28s %8s %8s %8s %8s %8s %8s   %-31s %s\n", "shape (GFLOP/s)", "fp32", "bf16", "fp8", "delayed", "current",
+           "mx", "time / fp32: bf16 fp8 del cur mx", "/ bf16: fp8 del cur mx");
+    double sum[5] = { 0 }, worst = 0;
     const int ns = (int)(sizeof shapes / sizeof *shapes);
     for (int i = 0; i < ns; i++) {
         const shape *s = &shapes[i];
@@ -106,13 +120,25 @@ int main(int argc, char **argv)
         for (int r = 0; r < 4; r++) t[2 + r] = time_op(&b[r], &g8);
         printf("%-28s", s->name);
         for (int c = 0; c < 6; c++) printf(" %8.1f", flop / t[c] * 1e-9);
-        printf("   ");
+        printf("  ");
         for (int c = 1; c < 6; c++) { printf(" %.2f", t[c] / t[0]); sum[c - 1] += t[c] / t[0]; }
+        printf("      ");
+        for (int c = 2; c < 6; c++) {
+            printf(" %.2f", t[c] / t[1]);
+            if (t[c] / t[1] > worst) worst = t[c] / t[1];
+        }
         printf("\n");
         free(a32); free(b32); free(c32); free(a16); free(b16); free(c16);
     }
-    printf("mean time / fp32: bf16 %.2f, fp8 (no scaling) %.2f, delayed %.2f, current %.2f, mx %.2f\n",
-           sum[0] / ns, sum[1] / ns, sum[2] / ns, sum[3] / ns, sum[4] / ns);
+    printf("mean time / fp32: bf16 %.2f, fp8 (no scaling) %.2f, delayed %.2f, current %.2f, mx %.2f; the slowest 8-bit "
+           "GEMM %.2fx its bf16 op\n", sum[0] / ns, sum[1] / ns, sum[2] / ns, sum[3] / ns, sum[4] / ns, worst);
     for (int r = 0; r < 4; r++) th_env_free(b[r].env);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 0;
+    if (one_table(threads, "fma")) return 1;
+    return one_table(threads, "amx");
 }

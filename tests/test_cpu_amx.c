@@ -74,6 +74,8 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
+static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+
 static float bf16_round(float x)   /* round to nearest even to bf16 (finite x) */
 {
     uint32_t u;
@@ -340,4 +342,97 @@ Test(amx, plugins_and_run_json_say_which_path_ran, .timeout = 120)
                               "no census note: %s", out);
         free(rec);
     }
+}
+
+/* ---- the 8-bit GEMMs on the tiles: quantised while packed ----
+ * C = A I (I the identity, quantised exactly under every recipe): each element of C is
+ * one product, so any accumulation gives its bits, and C holds A as the GEMM quantised
+ * it. The AMX path (quantising while it packs, or from the quantised buffer for MX blocks
+ * down the stored columns) must give the fma path's bits and counts, for every recipe and
+ * every layout of A and I. */
+typedef struct rig8 {
+    mpx_env *env;
+    const mpx_ops *ops;
+    void *be;
+} rig8;
+
+static rig8 open_rig8(mpx_scaling recipe, const char *bf16_gemm)
+{
+    mpx_precision_desc d = th_fp32_policy();
+    d.scaling = recipe;
+    d.amax_history_len = 4;
+    rig8 r = { .env = th_env(NULL, NULL, &d) };
+    char opts[128];
+    snprintf(opts, sizeof opts, "threads = 2; bf16_gemm = \"%s\";", bf16_gemm);
+    cr_assert_eq(th_use_cpu_backend(r.env, opts), 0, "%s", th_error(r.env));
+    r.ops = r.env->host->ops(r.env, &r.be);
+    return r;
+}
+
+static void gemm8(rig8 *r, int ta, int tb, const float *a, int m, int k, const float *bmat, int n, float *c)
+{
+    float *A = r->ops->alloc(r->be, (size_t)m * k * 4), *B = r->ops->alloc(r->be, (size_t)k * n * 4);
+    float *C = r->ops->alloc(r->be, (size_t)m * n * 4);
+    cr_assert(A && B && C);
+    /* a holds op(A) row-major (m x k); stored transposed when ta */
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++) A[ta ? (size_t)l * m + i : (size_t)i * k + l] = a[(size_t)i * k + l];
+    for (int l = 0; l < k; l++)
+        for (int j = 0; j < n; j++) B[tb ? (size_t)j * k + l : (size_t)l * n + j] = bmat[(size_t)l * n + j];
+    mpx_gemm g = { .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f,
+                   .a = mpx_a(A, MPX_F32), .lda = ta ? m : k, .b = mpx_a(B, MPX_F32), .ldb = tb ? k : n,
+                   .c = mpx_a(C, MPX_F32), .ldc = n, .batch = 1, .compute = MPX_FP8_E4M3 };
+    cr_assert_eq(r->ops->gemm(r->be, &g), 0, "%s", th_error(r->env));
+    memcpy(c, C, (size_t)m * n * 4);
+    r->ops->free(r->be, A);
+    r->ops->free(r->be, B);
+    r->ops->free(r->be, C);
+}
+
+Test(amx, eight_bit_gemms_quantise_while_packing_bit_for_bit, .timeout = 120)
+{
+    tb t = open_amx(1);   /* skipped without AMX */
+    tb_close(&t);
+    const int m = 160, k = 128, n = 128;
+    float *a = malloc((size_t)m * k * 4), *eye = calloc((size_t)k * n, 4), *c1 = malloc((size_t)m * n * 4),
+          *c2 = malloc((size_t)m * n * 4);
+    cr_assert(a && eye && c1 && c2);
+    uint64_t st = 99;
+    for (int i = 0; i < m * k; i++) {   /* magnitudes over 2^-12 .. 2^12: flushed, rounded and saturated values */
+        double u = (double)(rng_next(&st) >> 11) * 0x1p-53;
+        a[i] = (float)(ldexp(1.0 + u, (int)(rng_next(&st) % 25) - 12) * ((rng_next(&st) & 1) ? -1 : 1));
+    }
+    a[5] = NAN;   /* one NaN: the MX block and the per-tensor amax see it */
+    for (int l = 0; l < k; l++) eye[(size_t)l * n + l] = 1.0f;
+    const mpx_scaling recipes[] = { MPX_SCALING_NONE, MPX_SCALING_CURRENT, MPX_SCALING_DELAYED, MPX_SCALING_MX };
+    const char *names[] = { "none", "current", "delayed", "mx" };
+    for (int ri = 0; ri < 4; ri++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tbb = 0; tbb < 2; tbb++) {
+                rig8 f = open_rig8(recipes[ri], "fma"), x = open_rig8(recipes[ri], "amx");
+                for (int rep = 0; rep < 2; rep++) {   /* delayed: the second call uses the first's amax */
+                    gemm8(&f, ta, tbb, a, m, k, eye, n, c1);
+                    gemm8(&x, ta, tbb, a, m, k, eye, n, c2);
+                }
+                long bad = 0;
+                for (int i = 0; i < m * n; i++)
+                    bad += memcmp(&c1[i], &c2[i], 4) != 0 && !(isnan(c1[i]) && isnan(c2[i]));
+                cr_expect_eq(bad, 0, "recipe %s, ta %d, tb %d: %ld of %d elements differ between fma and amx",
+                             names[ri], ta, tbb, bad, m * n);
+                mpx_quant_stats fa, fb, xa, xb;
+                th_last_gemm_stats(f.env, &fa, &fb);
+                th_last_gemm_stats(x.env, &xa, &xb);
+                cr_expect(fa.n == xa.n && fa.nonzero == xa.nonzero && fa.saturated == xa.saturated &&
+                          fa.flushed == xa.flushed && fb.n == xb.n && fb.nonzero == xb.nonzero &&
+                          (same_bits(fa.scale, xa.scale) || (isnan(fa.scale) && isnan(xa.scale))),
+                          "recipe %s, ta %d, tb %d: counts differ: fma %llu/%llu/%llu/%llu, amx %llu/%llu/%llu/%llu",
+                          names[ri], ta, tbb, (unsigned long long)fa.n, (unsigned long long)fa.nonzero,
+                          (unsigned long long)fa.saturated, (unsigned long long)fa.flushed, (unsigned long long)xa.n,
+                          (unsigned long long)xa.nonzero, (unsigned long long)xa.saturated,
+                          (unsigned long long)xa.flushed);
+                cr_expect(fa.saturated > 0 || ri != 0, "the inputs saturate nothing: the test would not see it");
+                th_env_free(f.env);
+                th_env_free(x.env);
+            }
+    free(a); free(eye); free(c1); free(c2);
 }

@@ -228,7 +228,7 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
             ldc = g->n;
             if (g->beta != 0.0f) convert(be, pool, &ic, C, MPX_F32, 0);
         }
-        if (cpu_amx_gemm(be, pool, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc, w->amx, 0)) return -1;
+        if (cpu_amx_gemm(be, pool, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc, w->amx, 0, NULL, NULL)) return -1;
         if (g->c.t != MPX_F32) convert(be, pool, &ic, C, MPX_F32, 1);
         return 0;
     }

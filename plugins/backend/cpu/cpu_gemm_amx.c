@@ -145,14 +145,27 @@ typedef struct amx {
     int mp, np;               /* padded M, N */
     uint16_t *apack, *bpack;  /* mp x kk*32 and np x kk*32 values */
     int exact;                /* fp32 operands that are bf16 values: their top halves, no rounding */
+    cpu_amx_quant *qa, *qb;   /* the 8-bit GEMMs' quantisation of A and B while packing (NULL: none) */
 } amx;
 
 /* Values [off, off + n) of an operand as bf16 bits: copied when bf16, rounded to
- * nearest even by the backend's own store (cpu_store) otherwise; `tmp` holds n floats. */
-static void load_bits(amx *s, mpx_arg x, size_t off, size_t n, float *tmp, uint16_t *out)
+ * nearest even by the backend's own store (cpu_store) otherwise; `tmp` holds n floats.
+ * With a quantiser q: widened, quantised (per tensor, or MX blocks of 32 from off, which
+ * then starts a block along K), and the quantised values' bits (bf16 values all). */
+static void load_bits(amx *s, mpx_arg x, size_t off, size_t n, float *tmp, uint16_t *out, cpu_amx_quant *q,
+                      mpx_quant_stats *st)
 {
     mpx_arg h = mpx_a(out, MPX_BF16);
-    if (x.t == MPX_BF16) {
+    if (q) {
+        cpu_load(s->be, x, off, n, tmp);
+        if (q->mx)
+            for (size_t b = 0; b < n; b += MPX_MX_BLOCK)
+                cpu_quantize_mx_block(s->be, q->f, q->qf, q->lut, tmp + b, n - b < MPX_MX_BLOCK ? (int)(n - b) : MPX_MX_BLOCK,
+                                      st);
+        else cpu_quantize(s->be, q->f, q->qf, q->lut, tmp, n, q->s, st);
+        const uint32_t *u = (const uint32_t *)tmp;
+        for (size_t i = 0; i < n; i++) out[i] = (uint16_t)(u[i] >> 16);
+    } else if (x.t == MPX_BF16) {
         memcpy(out, (const uint16_t *)x.p + off, n * sizeof *out);
     } else if (x.t == MPX_F32 && s->exact) {
         const uint32_t *u = (const uint32_t *)x.p + off;
@@ -165,13 +178,22 @@ static void load_bits(amx *s, mpx_arg x, size_t off, size_t n, float *tmp, uint1
     }
 }
 
+/* A packing piece's counts, added to its quantiser's once (NULL q: nothing). */
+static void add_quant_stats(cpu_amx_quant *q, const mpx_quant_stats *st)
+{
+    if (!q) return;
+    __atomic_fetch_add(&q->st.nonzero, st->nonzero, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&q->st.saturated, st->saturated, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&q->st.flushed, st->flushed, __ATOMIC_RELAXED);
+}
+
 /* Values [x0, x0 + n) of rows l and l + 1 of an operand (row stride ld; l + 1 = k: zeros)
  * as bf16 pairs: out[x] = row l's bits | row l + 1's bits << 16 (the unit's pair). */
 static void load_pairs(amx *s, mpx_arg x, size_t ld, int l, int k, size_t x0, size_t n, float *tmp, uint16_t *h0,
-                       uint16_t *h1, uint32_t *out)
+                       uint16_t *h1, uint32_t *out, cpu_amx_quant *q, mpx_quant_stats *st)
 {
-    load_bits(s, x, (size_t)l * ld + x0, n, tmp, h0);
-    if (l + 1 < k) load_bits(s, x, (size_t)(l + 1) * ld + x0, n, tmp, h1);
+    load_bits(s, x, (size_t)l * ld + x0, n, tmp, h0, q, st);
+    if (l + 1 < k) load_bits(s, x, (size_t)(l + 1) * ld + x0, n, tmp, h1, q, st);
     else memset(h1, 0, n * sizeof *h1);
     for (size_t t = 0; t < n; t++) out[t] = (uint32_t)h0[t] | (uint32_t)h1[t] << 16;
 }
@@ -185,12 +207,13 @@ static void pack_a_rows(void *vs, size_t r0, size_t r1)
     float tmp[AMX_K_CHUNK];
     uint16_t h[AMX_K_CHUNK], h1[AMX_K_CHUNK];
     uint32_t pr[AMX_K_CHUNK];
+    mpx_quant_stats qst = { 0 };
     size_t i1 = r1 < (size_t)g->m ? r1 : (size_t)g->m;
     if (!g->trans_a) {   /* row i of op(A) lies contiguous in A: 32 values at a time */
         for (size_t i = r0; i < i1; i++)
             for (int l0 = 0; l0 < g->k; l0 += AMX_K_CHUNK) {
                 int n = g->k - l0 < AMX_K_CHUNK ? g->k - l0 : AMX_K_CHUNK;
-                load_bits(s, s->a, i * s->lda + (size_t)l0, (size_t)n, tmp, h);
+                load_bits(s, s->a, i * s->lda + (size_t)l0, (size_t)n, tmp, h, s->qa, &qst);
                 for (int q = 0; q < n; q += AMX_K) {
                     int w = n - q < AMX_K ? n - q : AMX_K, l = l0 + q;
                     uint16_t *d = s->apack + ((i / 16) * (size_t)s->kk + (size_t)(l / AMX_K)) * 512 + (i % 16) * 32;
@@ -201,7 +224,7 @@ static void pack_a_rows(void *vs, size_t r0, size_t r1)
         for (int l = 0; l < g->k && r0 < i1; l += 2)
             for (size_t i0 = r0; i0 < i1; i0 += AMX_K_CHUNK) {
                 size_t n = i1 - i0 < AMX_K_CHUNK ? i1 - i0 : AMX_K_CHUNK;
-                load_pairs(s, s->a, s->lda, l, g->k, i0, n, tmp, h, h1, pr);
+                load_pairs(s, s->a, s->lda, l, g->k, i0, n, tmp, h, h1, pr, s->qa, &qst);
                 uint32_t *d = (uint32_t *)(s->apack + (size_t)(l / AMX_K) * 512 + (size_t)(l % AMX_K));
                 for (size_t t = 0; t < n; t++) {
                     size_t i = i0 + t;
@@ -209,6 +232,7 @@ static void pack_a_rows(void *vs, size_t r0, size_t r1)
                 }
             }
     }
+    add_quant_stats(s->qa, &qst);
 }
 
 /* Columns [c0, c1) of op(B) into their 16-column blocks, pairs interleaved: element
@@ -220,12 +244,13 @@ static void pack_b_cols(void *vs, size_t c0, size_t c1)
     float tmp[AMX_K_CHUNK];
     uint16_t h[AMX_K_CHUNK], h1[AMX_K_CHUNK];
     uint32_t pr[AMX_K_CHUNK];
+    mpx_quant_stats qst = { 0 };
     size_t j1 = c1 < (size_t)g->n ? c1 : (size_t)g->n;
     if (g->trans_b) {   /* column j of op(B) lies contiguous in B (its row j): its pairs are adjacent */
         for (size_t j = c0; j < j1; j++)
             for (int l0 = 0; l0 < g->k; l0 += AMX_K_CHUNK) {
                 int n = g->k - l0 < AMX_K_CHUNK ? g->k - l0 : AMX_K_CHUNK;
-                load_bits(s, s->b, j * s->ldb + (size_t)l0, (size_t)n, tmp, h);
+                load_bits(s, s->b, j * s->ldb + (size_t)l0, (size_t)n, tmp, h, s->qb, &qst);
                 if (n % 2) h[n] = 0;
                 uint32_t *d = (uint32_t *)(s->bpack + (j / 16) * (size_t)s->kk * 512 + (j % 16) * 2);
                 for (int t = 0; t < n; t += 2) {
@@ -239,7 +264,7 @@ static void pack_b_cols(void *vs, size_t c0, size_t c1)
         for (int l = 0; l < g->k && c0 < j1; l += 2)
             for (size_t j0 = c0; j0 < j1; j0 += AMX_K_CHUNK) {
                 size_t n = j1 - j0 < AMX_K_CHUNK ? j1 - j0 : AMX_K_CHUNK;
-                load_pairs(s, s->b, s->ldb, l, g->k, j0, n, tmp, h, h1, pr);
+                load_pairs(s, s->b, s->ldb, l, g->k, j0, n, tmp, h, h1, pr, s->qb, &qst);
                 uint16_t *d = s->bpack + (size_t)(l / AMX_K) * 512 + (size_t)((l % AMX_K) / 2) * 32;
                 for (size_t t = 0; t < n;) {
                     size_t j = j0 + t, w = 16 - j % 16 < n - t ? 16 - j % 16 : n - t;
@@ -248,6 +273,7 @@ static void pack_b_cols(void *vs, size_t c0, size_t c1)
                 }
             }
     }
+    add_quant_stats(s->qb, &qst);
 }
 
 typedef struct amx_cfg {
@@ -339,9 +365,9 @@ static void amx_pieces(void *vj, size_t begin, size_t end)
 }
 
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf, int exact)
+                 int ldc, void *buf, int exact, cpu_amx_quant *qa, cpu_amx_quant *qb)
 {
-    amx s = { .exact = exact, .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda, .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
+    amx s = { .exact = exact, .qa = qa, .qb = qb, .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda, .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
               .kk = (g->k + AMX_K - 1) / AMX_K, .mp = (int)pad_to((size_t)g->m, AMX_BLK),
               .np = (int)pad_to((size_t)g->n, AMX_BLK)};
     size_t kp = (size_t)s.kk * AMX_K, abytes = (size_t)s.mp * kp * 2, bytes = abytes + (size_t)s.np * kp * 2;
@@ -361,8 +387,9 @@ int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int l
     if (s.np != g->n || (int)kp != g->k) memset(s.bpack, 0, bytes - abytes);
     const int threads = pool ? be->threads : 1;
     if (threads > 1) {
-        cpu_pool_run(pool, (size_t)g->m, 16, pack_a_rows, &s);
-        cpu_pool_run(pool, (size_t)g->n, 16, pack_b_cols, &s);
+        /* pieces of 64 rows (columns): a row of a transposed operand is read 64 values at a time */
+        cpu_pool_run(pool, (size_t)g->m, 64, pack_a_rows, &s);
+        cpu_pool_run(pool, (size_t)g->n, 64, pack_b_cols, &s);
     } else {
         pack_a_rows(&s, 0, (size_t)g->m);
         pack_b_cols(&s, 0, (size_t)g->n);
@@ -382,9 +409,11 @@ int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int l
 #else
 
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf, int exact)
+                 int ldc, void *buf, int exact, cpu_amx_quant *qa, cpu_amx_quant *qb)
 {
     (void)exact;
+    (void)qa;
+    (void)qb;
     (void)be; (void)pool; (void)g; (void)A; (void)lda; (void)B; (void)ldb; (void)C; (void)ldc; (void)buf;
     return -1;
 }

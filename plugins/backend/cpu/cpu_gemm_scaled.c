@@ -52,28 +52,6 @@ typedef struct qjob {
     mpx_quant_stats st;         /* quantise: nonzero, saturated, flushed, added atomically */
 } qjob;
 
-/* The largest of m and the bits of |x[i step]|, i < n: for non-negative floats the order
- * of their bits (a NaN's bits are above inf's): a loop the compiler vectorises. */
-static uint32_t abs_bits_max(const float *x, size_t n, size_t step, uint32_t m)
-{
-    if (step == 1) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            u &= 0x7fffffffu;
-            m = u > m ? u : m;
-        }
-        return m;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i * step], 4);
-        u &= 0x7fffffffu;
-        m = u > m ? u : m;
-    }
-    return m;
-}
-
 static void add_stats(qjob *j, const mpx_quant_stats *t)
 {
     __atomic_fetch_add(&j->st.nonzero, t->nonzero, __ATOMIC_RELAXED);
@@ -91,7 +69,7 @@ static void widen_rows(void *vj, size_t r0, size_t r1)
         size_t b = r / (size_t)o->rows, row = r % (size_t)o->rows;
         float *d = j->dst + r * (size_t)o->cols;
         cpu_load(j->be, o->a, (size_t)((long long)b * o->stride) + row * (size_t)o->ld, (size_t)o->cols, d);
-        mb = abs_bits_max(d, (size_t)o->cols, 1, mb);
+        mb = cpu_abs_bits_max(d, (size_t)o->cols, 1, mb);
     }
     int nan = mb > 0x7f800000u;
     if (nan) mb = 0;
@@ -116,7 +94,6 @@ static void quant_mx_lines(void *vj, size_t l0, size_t l1)
 {
     qjob *j = vj;
     const stored *o = j->o;
-    const int emax = mpx_fmt_emax(j->f);
     const int lines = j->k_along_cols ? o->rows : o->cols, klen = j->k_along_cols ? o->cols : o->rows;
     const size_t step = j->k_along_cols ? 1 : (size_t)o->cols, line_step = j->k_along_cols ? (size_t)o->cols : 1;
     mpx_quant_stats t = { 0 };
@@ -124,25 +101,14 @@ static void quant_mx_lines(void *vj, size_t l0, size_t l1)
     for (size_t li = l0; li < l1; li++) {
         float *v = j->dst + (li / (size_t)lines) * (size_t)o->rows * (size_t)o->cols + (li % (size_t)lines) * line_step;
         for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK) {
-            int k1 = k0 + MPX_MX_BLOCK < klen ? k0 + MPX_MX_BLOCK : klen, w = k1 - k0;
-            uint32_t mb = abs_bits_max(v + (size_t)k0 * step, (size_t)w, step, 0);
-            float amax;
-            memcpy(&amax, &mb, 4);
-            if (mb > 0x7f800000u) amax = NAN;
-            float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, emax));
-            float inv = 1.0f / scale;          /* 2^-X: exact, 2^-127 included */
-            if (isnan(scale)) {
-                for (int k = k0; k < k1; k++) {
-                    float *e = &v[(size_t)k * step];
-                    if (*e != 0.0f && !isnan(*e)) t.nonzero++;
-                    *e = scale;
-                }
+            int w = klen - k0 < MPX_MX_BLOCK ? klen - k0 : MPX_MX_BLOCK;
+            if (step == 1) {
+                cpu_quantize_mx_block(j->be, j->f, j->qf, j->lut, v + k0, w, &t);
                 continue;
             }
-            /* the block's elements x / 2^X rounded (counted as such), times 2^X (exact) */
             for (int k = 0; k < w; k++) tmp[k] = v[(size_t)(k0 + k) * step];
-            cpu_quantize(j->be, j->f, j->qf, j->lut, tmp, (size_t)w, inv, &t);
-            for (int k = 0; k < w; k++) v[(size_t)(k0 + k) * step] = tmp[k] * scale;
+            cpu_quantize_mx_block(j->be, j->f, j->qf, j->lut, tmp, w, &t);
+            for (int k = 0; k < w; k++) v[(size_t)(k0 + k) * step] = tmp[k];
         }
     }
     add_stats(j, &t);
@@ -191,12 +157,21 @@ static int prepare(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe,
     return MPX_OK;
 }
 
+/* One operand as the multiply reads it: quantised into a compact fp32 buffer (q NULL), or
+ * as stored, quantised by the AMX path while it packs it (q). */
+typedef struct opnd {
+    mpx_arg x;
+    int ld;
+    long long stride;
+    cpu_amx_quant *q;
+} opnd;
+
 /* The products of the quantised operands, item by item. */
 typedef struct mult {
     cpu_be *be;
     const mpx_gemm *g, *gg;   /* gg: alpha with the scales' inverses */
-    const float *A, *B;       /* quantised, compact: batch x (rows x cols as stored) */
-    int lda, ldb, h100, emin, amx, census;
+    opnd a, b;
+    int h100, emin, amx, census;
     cpu_pool *pool;           /* NULL: items spread over the pool's threads */
     float *cw;                /* a 16-bit C's fp32 item (NULL: allocated per call) */
     atomic_int failed;
@@ -206,23 +181,23 @@ static int mult_one(mult *m, int b, cpu_pool *pool, float *cw, void *amx_buf, fl
 {
     const mpx_gemm *g = m->g, *gg = m->gg;
     cpu_be *be = m->be;
-    const float *Ab = m->A + (size_t)b * g->m * g->k, *Bb = m->B + (size_t)b * g->k * g->n;
+    mpx_arg xa = mpx_at(m->a.x, (size_t)((long long)b * m->a.stride)), xb = mpx_at(m->b.x, (size_t)((long long)b * m->b.stride));
+    const float *Ab = xa.p, *Bb = xb.p;   /* (fp32 buffers but for the AMX path's own quantisation) */
     mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
     float *out = g->c.t == MPX_F32 ? cb.p : cw;
-    int ldo = g->c.t == MPX_F32 ? g->ldc : g->n, rc = 0;
+    int ldo = g->c.t == MPX_F32 ? g->ldc : g->n, rc = 0, lda = m->a.ld, ldb = m->b.ld;
     if (g->c.t != MPX_F32 && g->beta != 0.0f)
         for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, cw + (size_t)r * g->n);
-    if (m->h100) cpu_gemm_h100(gg, Ab, m->lda, Bb, m->ldb, out, ldo, m->emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
+    if (m->h100) cpu_gemm_h100(gg, Ab, lda, Bb, ldb, out, ldo, m->emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
     else if (m->amx)   /* every quantised value is a bf16 value: the AMX path packs them exactly */
-        rc = cpu_amx_gemm(be, pool, gg, mpx_a((void *)Ab, MPX_F32), m->lda, mpx_a((void *)Bb, MPX_F32), m->ldb, out, ldo,
-                          amx_buf, 1);
+        rc = cpu_amx_gemm(be, pool, gg, xa, lda, xb, ldb, out, ldo, amx_buf, 1, m->a.q, m->b.q);
     else if (cpu_small_gemm_fits(be, gg))   /* the attention kernel, as the 16-bit path (same contract as below) */
-        rc = cpu_small_gemm(be, gg, Ab, m->lda, Bb, m->ldb, out, ldo, panel);
-    else rc = cpu_sgemm_pool(be, pool, gg, Ab, m->lda, Bb, m->ldb, out, ldo);
+        rc = cpu_small_gemm(be, gg, Ab, lda, Bb, ldb, out, ldo, panel);
+    else rc = cpu_sgemm_pool(be, pool, gg, Ab, lda, Bb, ldb, out, ldo);
     if (!rc && m->census) {
         mpx_gemm c32 = *gg;
         c32.compute = MPX_F32;
-        cpu_amx_census(be, &c32, mpx_a((void *)Ab, MPX_F32), m->lda, mpx_a((void *)Bb, MPX_F32), m->ldb, out, ldo);
+        cpu_amx_census(be, &c32, xa, lda, xb, ldb, out, ldo);
     }
     if (g->c.t != MPX_F32)
         for (int r = 0; r < g->m; r++) cpu_store(be, cw + (size_t)r * g->n, cb, (size_t)r * g->ldc, (size_t)g->n);
@@ -246,6 +221,50 @@ static void mult_items(void *vm, size_t begin, size_t end)
     free(own);
 }
 
+/* The amax of a stored operand (per-tensor scaling quantised while packed), over the pool. */
+static void amax_rows(void *vj, size_t r0, size_t r1)
+{
+    qjob *j = vj;
+    const stored *o = j->o;
+    float tmp[1024];
+    uint32_t mb = 0;
+    for (size_t r = r0; r < r1; r++) {
+        size_t b = r / (size_t)o->rows, row = r % (size_t)o->rows;
+        for (int c0 = 0; c0 < o->cols; c0 += 1024) {
+            int w = o->cols - c0 < 1024 ? o->cols - c0 : 1024;
+            cpu_load(j->be, o->a, (size_t)((long long)b * o->stride) + row * (size_t)o->ld + (size_t)c0, (size_t)w, tmp);
+            mb = cpu_abs_bits_max(tmp, (size_t)w, 1, mb);
+        }
+    }
+    int nan = mb > 0x7f800000u;
+    if (nan) mb = 0;
+    uint32_t cur = __atomic_load_n(&j->amax_bits, __ATOMIC_RELAXED);
+    while (mb > cur && !__atomic_compare_exchange_n(&j->amax_bits, &cur, mb, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    if (nan) __atomic_store_n(&j->nan, 1, __ATOMIC_RELAXED);
+}
+
+/* An operand the AMX path quantises while packing: its per-tensor scale (the host's, from
+ * its amax) or MX; q set up, *inv_scale as prepare gives it. */
+static int prepare_fused(cpu_be *be, const stored *o, mpx_dtype t, mpx_scaling recipe, const cpu_qfmt *qf,
+                         cpu_amx_quant *q, float *inv_scale)
+{
+    const mpx_format *f = cpu_fmt(be, t);
+    *q = (cpu_amx_quant){ .f = f, .qf = qf, .lut = be->lut[t - MPX_FORMAT_FIRST], .s = 1.0f,
+                          .mx = recipe == MPX_SCALING_MX };
+    *inv_scale = 1.0f;
+    if (recipe == MPX_SCALING_DELAYED || recipe == MPX_SCALING_CURRENT) {
+        qjob j = { .be = be, .o = o };
+        size_t rows = (size_t)o->batch * (size_t)o->rows;
+        size_t grain = o->cols > 0 ? (16384 + (size_t)o->cols - 1) / (size_t)o->cols : rows;
+        cpu_pool_run(be->pool, rows, grain ? grain : 1, amax_rows, &j);
+        float amax;
+        memcpy(&amax, &j.amax_bits, 4);
+        MPX_TRY(be->env->host->tensor_scale(be->env, t, o->a.p, j.nan ? NAN : amax, &q->s));
+        *inv_scale = 1.0f / q->s;
+    }
+    return MPX_OK;
+}
+
 int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
 {
     if (be->env->host->size < offsetof(mpx_host, tensor_scale) + sizeof(void *) || !be->env->host->tensor_scale)
@@ -253,7 +272,23 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     mpx_scaling recipe = recipe_of(be);
     stored sa = { g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->batch };
     stored sb = { g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->batch };
-    size_t na = (size_t)g->batch * g->m * g->k, nb = (size_t)g->batch * g->k * g->n;
+    int h100 = be->fp8_acc != CPU_FP8_ACC_FP32, emin = 0;
+    const mpx_format *cf = cpu_fmt(be, g->compute);
+    if (h100) {
+        if (recipe == MPX_SCALING_MX || !cf || cf->storage_bytes != 1 || !((cf->exp_bits == 4 && cf->man_bits == 3) ||
+                                                                          (cf->exp_bits == 5 && cf->man_bits == 2)))
+            return CPU_FAIL(be, "cpu gemm: fp8_accumulate = \"%s\" models an H100's E4M3/E5M2 GEMMs with per-tensor "
+                            "scales; compute dtype %s%s has none", be->fp8_acc == CPU_FP8_ACC_H100 ? "h100" : "h100-fast",
+                            cpu_dtype_name(be, g->compute), recipe == MPX_SCALING_MX ? " with MX block scales" : "");
+        emin = 1 - cf->bias;
+    }
+    /* the product on AMX tiles (option bf16_gemm) when the format's values are bf16 values: at most 7 mantissa
+     * bits (per-tensor q, and MX's q 2^X, whose 2^X is a power of two); an operand is then quantised while the
+     * AMX path packs it, but for MX blocks that run down the stored columns (quantised first, as below) */
+    const int amx = !h100 && cf && !cf->encode && cf->man_bits <= 7 && cpu_amx_dims(be, g);
+    const int fuse_a = amx && (recipe != MPX_SCALING_MX || !g->trans_a);
+    const int fuse_b = amx && (recipe != MPX_SCALING_MX || g->trans_b);
+    size_t na = fuse_a ? 0 : (size_t)g->batch * g->m * g->k, nb = fuse_b ? 0 : (size_t)g->batch * g->k * g->n;
     size_t nc = g->c.t == MPX_F32 ? 0 : (size_t)g->m * g->n;
     float *A = malloc((na + nb + nc + 1) * sizeof(float));
     if (!A) return (void)CPU_FAIL(be, "cpu gemm: out of memory (m=%d n=%d k=%d batch=%d)", g->m, g->n, g->k, g->batch), MPX_ERR_NOMEM;
@@ -261,35 +296,26 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     float ia = 1.0f, ib = 1.0f;
     int rc = MPX_OK;
     mpx_quant_stats qa = { 0 }, qb = { 0 };
+    cpu_qfmt qf;
+    cpu_amx_quant fq[2];
+    if (cf) cpu_qfmt_init(cf, &qf);
+    mult m = { .be = be, .g = g, .a = { mpx_a(A, MPX_F32), sa.cols ? sa.cols : 1, (long long)g->m * g->k, NULL },
+               .b = { mpx_a(B, MPX_F32), sb.cols ? sb.cols : 1, (long long)g->k * g->n, NULL },
+               .h100 = h100, .emin = emin, .amx = amx };
     if (g->k > 0) {
-        rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia, &qa);
-        if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib, &qb);
+        if (fuse_a) {
+            rc = prepare_fused(be, &sa, g->compute, recipe, &qf, &fq[0], &ia);
+            m.a = (opnd){ g->a, g->lda, g->stride_a, &fq[0] };
+        } else rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia, &qa);
+        if (!rc && fuse_b) {
+            rc = prepare_fused(be, &sb, g->compute, recipe, &qf, &fq[1], &ib);
+            m.b = (opnd){ g->b, g->ldb, g->stride_b, &fq[1] };
+        } else if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib, &qb);
     }
     if (rc) { free(A); return rc; }
-    /* what the rounding did, for the host's diagnostics (ABI 1.8) */
-    const mpx_host *h = be->env->host;
-    if (g->k > 0 && h->size >= offsetof(mpx_host, gemm_input_stats) + sizeof(void *) && h->gemm_input_stats)
-        h->gemm_input_stats(be->env, g->compute, g->a.p, &qa, g->b.p, &qb);
     mpx_gemm gg = *g;
     gg.alpha = g->alpha * ia * ib;
-    int h100 = be->fp8_acc != CPU_FP8_ACC_FP32, emin = 0;
-    if (h100) {
-        const mpx_format *f = cpu_fmt(be, g->compute);
-        if (recipe == MPX_SCALING_MX || !f || f->storage_bytes != 1 || !((f->exp_bits == 4 && f->man_bits == 3) ||
-                                                                        (f->exp_bits == 5 && f->man_bits == 2))) {
-            free(A);
-            return CPU_FAIL(be, "cpu gemm: fp8_accumulate = \"%s\" models an H100's E4M3/E5M2 GEMMs with per-tensor "
-                            "scales; compute dtype %s%s has none", be->fp8_acc == CPU_FP8_ACC_H100 ? "h100" : "h100-fast",
-                            cpu_dtype_name(be, g->compute), recipe == MPX_SCALING_MX ? " with MX block scales" : "");
-        }
-        emin = 1 - f->bias;
-    }
-    const mpx_format *cf = cpu_fmt(be, g->compute);
-    mult m = { .be = be, .g = g, .gg = &gg, .A = A, .B = B, .lda = sa.cols ? sa.cols : 1, .ldb = sb.cols ? sb.cols : 1,
-               .h100 = h100, .emin = emin,
-               /* the product on AMX tiles (option bf16_gemm) when the format's values are bf16 values: at most 7
-                * mantissa bits (per-tensor q, and MX's q 2^X, whose 2^X is a power of two) */
-               .amx = !h100 && cf && !cf->encode && cf->man_bits <= 7 && cpu_amx_dims(be, g) };
+    m.gg = &gg;
     atomic_init(&m.failed, 0);
     if (be->census && !h100 && cf && !cf->encode && cf->man_bits <= 7 && g->k > 0 && g->m >= 128 && g->n >= 128)
         m.census = 1;   /* (the sizes cpu_amx_dims takes) */
@@ -304,6 +330,17 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     if (atomic_load(&m.failed))
         rc = CPU_FAIL(be, "cpu gemm: out of memory for a kernel's packing buffers (m=%d n=%d k=%d batch=%d)", g->m,
                       g->n, g->k, g->batch);
+    /* what the rounding did, for the host's diagnostics (ABI 1.8) */
+    for (int o = 0; o < 2; o++) {
+        if (!(o ? fuse_b : fuse_a) || g->k <= 0) continue;
+        mpx_quant_stats *st = o ? &qb : &qa;
+        *st = fq[o].st;
+        st->n = (size_t)g->batch * (size_t)g->k * (size_t)(o ? g->n : g->m);
+        st->scale = recipe == MPX_SCALING_MX ? NAN : fq[o].s;
+    }
+    const mpx_host *h = be->env->host;
+    if (!rc && g->k > 0 && h->size >= offsetof(mpx_host, gemm_input_stats) + sizeof(void *) && h->gemm_input_stats)
+        h->gemm_input_stats(be->env, g->compute, g->a.p, &qa, g->b.p, &qb);
     free(A);
     return rc;
 }

@@ -171,6 +171,28 @@ void cpu_fmt_round(const cpu_be *be, float *x, size_t n, mpx_dtype t);
 /* The CPU supports F16C (checked once at create). */
 int cpu_detect_f16c(void);
 
+/* ---- the 8-bit GEMMs' quantisation (cpu_quant.c) ---- */
+/* A format's rounding in fp32 arithmetic (ok = 0: only the scalar form describes it). */
+typedef struct cpu_qfmt {
+    int ok, tie_up, subnormals, fnuz;
+    unsigned sh;                           /* 23 - mantissa bits */
+    float min_normal, magic, maxv, mid;    /* 2^emin, 2^(emin - M + 23), largest finite, its midpoint up */
+} cpu_qfmt;
+void cpu_qfmt_init(const mpx_format *f, cpu_qfmt *q);
+/* x[i] = the format's value nearest x[i] * s (saturating; lut: the decode table), i < n,
+ * counted into st's nonzero, saturated and flushed (not n or scale): bit for bit
+ * lut[mpx_fmt_encode_sat(f, x[i] * s)], in AVX-512 where qf->ok and the CPU has it. */
+void cpu_quantize(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, size_t n,
+                  float s, mpx_quant_stats *st);
+/* One MX block (OCP MX v1.0) of w <= 32 contiguous values in place: the scale 2^X,
+ * X = floor(log2(block amax)) - emax (E8M0), elements x / 2^X rounded as cpu_quantize
+ * (counted), times 2^X; a NaN in the block makes the block NaN. */
+void cpu_quantize_mx_block(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, int w,
+                           mpx_quant_stats *st);
+/* The largest of m and the bits of |x[i step]|, i < n: for non-negative floats the order
+ * of their bits (a NaN's are above inf's). */
+uint32_t cpu_abs_bits_max(const float *x, size_t n, size_t step, uint32_t m);
+
 /* ---- the bf16 GEMMs on AMX tiles (cpu_gemm_amx.c) ---- */
 enum { CPU_BF16_GEMM_FMA = 0, CPU_BF16_GEMM_AMX = 1 };
 /* The CPU has AMX-BF16 and the OS lets this process use the tiles (asked once). */
@@ -185,30 +207,28 @@ int cpu_amx_takes(const cpu_be *be, const mpx_gemm *g);
 int cpu_amx_dims(const cpu_be *be, const mpx_gemm *g);
 /* Bytes of packing buffer one item of g needs (`buf` of cpu_amx_gemm). */
 size_t cpu_amx_bytes(const mpx_gemm *g);
+/* An 8-bit GEMM operand's quantisation, done while the AMX path packs it: per tensor
+ * (scale s) or MX (blocks of 32 along K: only where K runs along the stored rows, op(A) =
+ * A or op(B) = B^T). st's nonzero, saturated and flushed are added to (atomically). */
+typedef struct cpu_amx_quant {
+    const mpx_format *f;
+    const cpu_qfmt *qf;
+    const float *lut;
+    float s;
+    int mx;
+    mpx_quant_stats st;
+} cpu_amx_quant;
 /* C = alpha op(A) op(B) + beta C (fp32 C at ldc; beta = 0: C not read), operands as
  * stored with g's transposes, on AMX tiles, cut over the pool (NULL: this thread alone,
  * packing into `buf`, else into the backend's buffer); `exact`: fp32 operands hold bf16
- * values (their top halves are taken as they are). 0, or -1 when out of memory. */
+ * values (their top halves are taken as they are); qa, qb: quantised while packed (NULL:
+ * not). 0, or -1 when out of memory. */
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
-                 int ldc, void *buf, int exact);
+                 int ldc, void *buf, int exact, cpu_amx_quant *qa, cpu_amx_quant *qb);
 /* Option subnormal_census: adds to be->census the subnormal values among g's inputs
  * (after the contract's rounding) and its fp32 result C, the values the AMX unit would
  * have read or written as zero. */
 void cpu_amx_census(cpu_be *be, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, const float *C, int ldc);
-
-/* ---- the 8-bit GEMMs' quantisation (cpu_quant.c) ---- */
-/* A format's rounding in fp32 arithmetic (ok = 0: only the scalar form describes it). */
-typedef struct cpu_qfmt {
-    int ok, tie_up, subnormals, fnuz;
-    unsigned sh;                           /* 23 - mantissa bits */
-    float min_normal, magic, maxv, mid;    /* 2^emin, 2^(emin - M + 23), largest finite, its midpoint up */
-} cpu_qfmt;
-void cpu_qfmt_init(const mpx_format *f, cpu_qfmt *q);
-/* x[i] = the format's value nearest x[i] * s (saturating; lut: the decode table), i < n,
- * counted into st's nonzero, saturated and flushed (not n or scale): bit for bit
- * lut[mpx_fmt_encode_sat(f, x[i] * s)], in AVX-512 where qf->ok and the CPU has it. */
-void cpu_quantize(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, size_t n,
-                  float s, mpx_quant_stats *st);
 
 /* ---- GEMM (cpu_gemm.c, cpu_gemm_scaled.c) ---- */
 /* One fp32 row-major GEMM of g's shape on compact operands, cut over the pool (NULL:

@@ -116,3 +116,44 @@ void cpu_quantize(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, con
         for (; i < stop; i++) quant_one(f, lut, x + i, s, st);
     }
 }
+
+uint32_t cpu_abs_bits_max(const float *x, size_t n, size_t step, uint32_t m)
+{
+    if (step == 1) {   /* a loop the compiler vectorises */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+        return m;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i * step], 4);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    return m;
+}
+
+void cpu_quantize_mx_block(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, int w,
+                           mpx_quant_stats *st)
+{
+    uint32_t mb = cpu_abs_bits_max(x, (size_t)w, 1, 0);
+    float amax;
+    memcpy(&amax, &mb, 4);
+    if (mb > 0x7f800000u) amax = NAN;
+    float scale = mpx_e8m0_decode(mpx_mx_scale_code(amax, mpx_fmt_emax(f)));
+    if (isnan(scale)) {   /* a NaN in the block: the whole block NaN */
+        for (int k = 0; k < w; k++) {
+            if (x[k] != 0.0f && !isnan(x[k])) st->nonzero++;
+            x[k] = scale;
+        }
+        return;
+    }
+    /* the block's elements x / 2^X rounded (counted as such), times 2^X (exact; 2^-X too,
+     * 2^-127 included) */
+    cpu_quantize(be, f, qf, lut, x, (size_t)w, 1.0f / scale, st);
+    for (int k = 0; k < w; k++) x[k] *= scale;
+}
