@@ -388,3 +388,105 @@ Test(quantize, every_high_half_matches_the_header_bit_for_bit, .timeout = 120)
     }
     th_env_free(r.env);
 }
+
+/* The same reference when K runs down the stored columns (op(A) = A^T, 40 rows: the
+ * vectorised blocks take 16 columns at a time, the rest one by one), with a NaN that
+ * makes its block NaN and leaves the other columns of its group as they are. */
+Test(mx, blocks_down_stored_columns_match_the_reference)
+{
+    rig r = open_rig(MPX_SCALING_MX);
+    const int m = 40, k = 80;
+    float *A = malloc((size_t)m * k * 4), *C = malloc((size_t)m * k * 4);
+    float *At = r.ops->alloc(r.be, (size_t)m * k * 4), *I = r.ops->alloc(r.be, (size_t)k * k * 4);
+    float *Cd = r.ops->alloc(r.be, (size_t)m * k * 4);
+    cr_assert(A && C && At && I && Cd);
+    uint64_t seed = 5;
+    for (int i = 0; i < m * k; i++) A[i] = urand(&seed) * ldexpf(1.0f, (i / 7) % 40 - 20);
+    for (int j = 32; j < 64; j++) A[3 * k + j] = 0.0f;   /* an all-zero block */
+    A[20 * k + 5] = NAN;   /* row 20's first block NaN (and, through the product with I's zeros, all of C's row 20) */
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++) At[(size_t)l * m + i] = A[(size_t)i * k + l];
+    for (int l = 0; l < k; l++) I[(size_t)l * k + l] = 1.0f;
+    static const mpx_format e4 = MPX_FORMAT_FP8_E4M3;
+    mpx_gemm g = { .trans_a = 1, .m = m, .n = k, .k = k, .alpha = 1.0f, .beta = 0.0f, .a = mpx_a(At, MPX_F32),
+                   .lda = m, .b = mpx_a(I, MPX_F32), .ldb = k, .c = mpx_a(Cd, MPX_F32), .ldc = k, .batch = 1,
+                   .compute = MPX_FP8_E4M3 };
+    cr_assert_eq(r.ops->gemm(r.be, &g), 0, "%s", th_error(r.env));
+    memcpy(C, Cd, (size_t)m * k * 4);
+    for (int row = 0; row < m; row++)
+        for (int b0 = 0; b0 < k; b0 += 32) {
+            int b1 = b0 + 32 < k ? b0 + 32 : k, nan = row == 20;
+            double amax = 0;
+            for (int j = b0; j < b1; j++) amax = fmax(amax, fabs(A[row * k + j]));
+            int e;
+            frexp(amax, &e);
+            int X = amax > 0 ? e - 1 - 8 : -127;
+            if (X < -127) X = -127;
+            for (int j = b0; j < b1; j++) {
+                float v = (float)ldexp(A[row * k + j], -X);
+                float want = (float)ldexp(mpx_fmt_decode(&e4, mpx_fmt_encode_sat(&e4, v)), X);
+                if (nan) cr_expect(isnan(C[row * k + j]), "row %d col %d: a NaN row gave %a", row, j, C[row * k + j]);
+                else cr_expect(C[row * k + j] == want, "row %d col %d: %a -> %a, want %a (X = %d)", row, j,
+                               A[row * k + j], C[row * k + j], want, X);
+            }
+        }
+    free(A);
+    free(C);
+    th_env_free(r.env);
+}
+
+/* Batched 8-bit GEMMs (attention) spread their items over the threads, each thread
+ * quantising its own items: the bits and counts of one thread, which quantises the whole
+ * operand first, for every recipe (the per-tensor scale is the whole batch's either way). */
+static void batched8(mpx_scaling recipe, int threads, int ta, int tb, float *out, mpx_quant_stats *sa)
+{
+    mpx_precision_desc d = th_fp32_policy();
+    d.scaling = recipe;
+    d.amax_history_len = 4;
+    mpx_env *env = th_env(NULL, NULL, &d);
+    char opts[64];
+    snprintf(opts, sizeof opts, "threads = %d;", threads);
+    cr_assert_eq(th_use_cpu_backend(env, opts), 0, "%s", th_error(env));
+    void *be;
+    const mpx_ops *ops = env->host->ops(env, &be);
+    const int m = 64, n = 32, k = 96, batch = 8;
+    uint16_t *A = ops->alloc(be, (size_t)batch * m * k * 2), *B = ops->alloc(be, (size_t)batch * k * n * 2);
+    float *C = ops->alloc(be, (size_t)batch * m * n * 4);
+    cr_assert(A && B && C);
+    uint64_t seed = 11;
+    for (int i = 0; i < batch * m * k; i++) A[i] = mpx_f32_to_bf16(urand(&seed) * ldexpf(1.0f, i % 23 - 11));
+    for (int i = 0; i < batch * k * n; i++) B[i] = mpx_f32_to_bf16(urand(&seed) * 4.0f);
+    mpx_gemm g = { .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f,
+                   .a = mpx_a(A, MPX_BF16), .lda = ta ? m : k, .stride_a = (long long)m * k, .b = mpx_a(B, MPX_BF16),
+                   .ldb = tb ? k : n, .stride_b = (long long)k * n, .c = mpx_a(C, MPX_F32), .ldc = n,
+                   .stride_c = (long long)m * n, .batch = batch, .compute = MPX_FP8_E4M3 };
+    cr_assert_eq(ops->gemm(be, &g), 0, "%s", th_error(env));
+    memcpy(out, C, (size_t)batch * m * n * 4);
+    mpx_quant_stats sb;
+    th_last_gemm_stats(env, sa, &sb);
+    th_env_free(env);
+}
+
+Test(batched, items_quantised_per_thread_match_one_thread)
+{
+    const mpx_scaling recipes[] = { MPX_SCALING_NONE, MPX_SCALING_CURRENT, MPX_SCALING_MX };
+    const int nc = 8 * 64 * 32;
+    float *c1 = malloc(nc * 4), *c2 = malloc(nc * 4);
+    cr_assert(c1 && c2);
+    for (int r = 0; r < 3; r++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                mpx_quant_stats s1, s2;
+                batched8(recipes[r], 1, ta, tb, c1, &s1);
+                batched8(recipes[r], 2, ta, tb, c2, &s2);
+                cr_expect_eq(memcmp(c1, c2, (size_t)nc * 4), 0, "recipe %d ta %d tb %d: 1 and 2 threads differ", r, ta, tb);
+                cr_expect(s1.n == s2.n && s1.nonzero == s2.nonzero && s1.saturated == s2.saturated &&
+                          s1.flushed == s2.flushed && (s1.scale == s2.scale || (isnan(s1.scale) && isnan(s2.scale))),
+                          "recipe %d ta %d tb %d: counts differ (%llu/%llu/%llu vs %llu/%llu/%llu)", r, ta, tb,
+                          (unsigned long long)s1.nonzero, (unsigned long long)s1.saturated,
+                          (unsigned long long)s1.flushed, (unsigned long long)s2.nonzero,
+                          (unsigned long long)s2.saturated, (unsigned long long)s2.flushed);
+            }
+    free(c1);
+    free(c2);
+}

@@ -95,20 +95,23 @@ static void quant_mx_lines(void *vj, size_t l0, size_t l1)
     qjob *j = vj;
     const stored *o = j->o;
     const int lines = j->k_along_cols ? o->rows : o->cols, klen = j->k_along_cols ? o->cols : o->rows;
-    const size_t step = j->k_along_cols ? 1 : (size_t)o->cols, line_step = j->k_along_cols ? (size_t)o->cols : 1;
     mpx_quant_stats t = { 0 };
-    float tmp[MPX_MX_BLOCK];
-    for (size_t li = l0; li < l1; li++) {
-        float *v = j->dst + (li / (size_t)lines) * (size_t)o->rows * (size_t)o->cols + (li % (size_t)lines) * line_step;
-        for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK) {
-            int w = klen - k0 < MPX_MX_BLOCK ? klen - k0 : MPX_MX_BLOCK;
-            if (step == 1) {
-                cpu_quantize_mx_block(j->be, j->f, j->qf, j->lut, v + k0, w, &t);
-                continue;
-            }
-            for (int k = 0; k < w; k++) tmp[k] = v[(size_t)(k0 + k) * step];
-            cpu_quantize_mx_block(j->be, j->f, j->qf, j->lut, tmp, w, &t);
-            for (int k = 0; k < w; k++) v[(size_t)(k0 + k) * step] = tmp[k];
+    if (j->k_along_cols) {   /* a line is a stored row: its blocks contiguous */
+        for (size_t li = l0; li < l1; li++) {
+            float *v = j->dst + li * (size_t)o->cols;
+            for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK)
+                cpu_quantize_mx_block(j->be, j->f, j->qf, j->lut, v + k0,
+                                      klen - k0 < MPX_MX_BLOCK ? klen - k0 : MPX_MX_BLOCK, &t);
+        }
+    } else {   /* lines are columns: lines [l0, l1) of an item at a time, blocks of 32 rows */
+        for (size_t li = l0; li < l1;) {
+            size_t item = li / (size_t)lines, c0 = li % (size_t)lines;
+            size_t c1 = (item + 1) * (size_t)lines < l1 ? (size_t)lines : l1 - item * (size_t)lines;
+            float *m = j->dst + item * (size_t)o->rows * (size_t)o->cols;
+            for (int k0 = 0; k0 < klen; k0 += MPX_MX_BLOCK)
+                cpu_quantize_mx_cols(j->be, j->f, j->qf, j->lut, m + (size_t)k0 * (size_t)o->cols + c0, (size_t)o->cols,
+                                     klen - k0 < MPX_MX_BLOCK ? klen - k0 : MPX_MX_BLOCK, (int)(c1 - c0), &t);
+            li = item * (size_t)lines + c1;
         }
     }
     add_stats(j, &t);
@@ -164,7 +167,32 @@ typedef struct opnd {
     int ld;
     long long stride;
     cpu_amx_quant *q;
+    const stored *so;   /* per item (q set, not the AMX path): each thread quantises its item into a buffer */
+    int k_along_cols;
 } opnd;
+
+/* Item b of an operand quantised (as prepare does it, with q's per-tensor scale or MX) into
+ * dst, compact; counted into st. */
+static void quantize_item(const cpu_be *be, const opnd *o, int b, float *dst, mpx_quant_stats *st)
+{
+    const stored *so = o->so;
+    for (int r = 0; r < so->rows; r++)
+        cpu_load(be, so->a, (size_t)((long long)b * so->stride) + (size_t)r * (size_t)so->ld, (size_t)so->cols,
+                 dst + (size_t)r * (size_t)so->cols);
+    const cpu_amx_quant *q = o->q;
+    if (!q->mx) {
+        cpu_quantize(be, q->f, q->qf, q->lut, dst, (size_t)so->rows * (size_t)so->cols, q->s, st);
+    } else if (o->k_along_cols) {
+        for (int r = 0; r < so->rows; r++)
+            for (int k0 = 0; k0 < so->cols; k0 += MPX_MX_BLOCK)
+                cpu_quantize_mx_block(be, q->f, q->qf, q->lut, dst + (size_t)r * (size_t)so->cols + (size_t)k0,
+                                      so->cols - k0 < MPX_MX_BLOCK ? so->cols - k0 : MPX_MX_BLOCK, st);
+    } else {
+        for (int k0 = 0; k0 < so->rows; k0 += MPX_MX_BLOCK)
+            cpu_quantize_mx_cols(be, q->f, q->qf, q->lut, dst + (size_t)k0 * (size_t)so->cols, (size_t)so->cols,
+                                 so->rows - k0 < MPX_MX_BLOCK ? so->rows - k0 : MPX_MX_BLOCK, so->cols, st);
+    }
+}
 
 /* The products of the quantised operands, item by item. */
 typedef struct mult {
@@ -177,20 +205,33 @@ typedef struct mult {
     atomic_int failed;
 } mult;
 
-static int mult_one(mult *m, int b, cpu_pool *pool, float *cw, void *amx_buf, float *panel)
+static int mult_one(mult *m, int b, cpu_pool *pool, float *cw, void *amx_buf, float *panel, float *abuf, float *bbuf)
 {
     const mpx_gemm *g = m->g, *gg = m->gg;
     cpu_be *be = m->be;
     mpx_arg xa = mpx_at(m->a.x, (size_t)((long long)b * m->a.stride)), xb = mpx_at(m->b.x, (size_t)((long long)b * m->b.stride));
+    int ldo = g->c.t == MPX_F32 ? g->ldc : g->n, rc = 0, lda = m->a.ld, ldb = m->b.ld;
+    cpu_amx_quant *qa = m->a.q, *qb = m->b.q;
+    for (int o = 0; o < 2; o++) {   /* an operand quantised item by item: this item, into this thread's buffer */
+        opnd *op = o ? &m->b : &m->a;
+        if (!op->so) continue;
+        mpx_quant_stats st = { 0 };
+        float *buf = o ? bbuf : abuf;
+        quantize_item(be, op, b, buf, &st);
+        __atomic_fetch_add(&op->q->st.nonzero, st.nonzero, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&op->q->st.saturated, st.saturated, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&op->q->st.flushed, st.flushed, __ATOMIC_RELAXED);
+        if (o) xb = mpx_a(buf, MPX_F32), ldb = op->so->cols, qb = NULL;
+        else xa = mpx_a(buf, MPX_F32), lda = op->so->cols, qa = NULL;
+    }
     const float *Ab = xa.p, *Bb = xb.p;   /* (fp32 buffers but for the AMX path's own quantisation) */
     mpx_arg cb = mpx_at(g->c, (size_t)((long long)b * g->stride_c));
     float *out = g->c.t == MPX_F32 ? cb.p : cw;
-    int ldo = g->c.t == MPX_F32 ? g->ldc : g->n, rc = 0, lda = m->a.ld, ldb = m->b.ld;
     if (g->c.t != MPX_F32 && g->beta != 0.0f)
         for (int r = 0; r < g->m; r++) cpu_load(be, cb, (size_t)r * g->ldc, (size_t)g->n, cw + (size_t)r * g->n);
     if (m->h100) cpu_gemm_h100(gg, Ab, lda, Bb, ldb, out, ldo, m->emin, be->fp8_acc == CPU_FP8_ACC_H100_FAST);
     else if (m->amx)   /* every quantised value is a bf16 value: the AMX path packs them exactly */
-        rc = cpu_amx_gemm(be, pool, gg, xa, lda, xb, ldb, out, ldo, amx_buf, 1, m->a.q, m->b.q);
+        rc = cpu_amx_gemm(be, pool, gg, xa, lda, xb, ldb, out, ldo, amx_buf, 1, qa, qb);
     else if (cpu_small_gemm_fits(be, gg))   /* the attention kernel, as the 16-bit path (same contract as below) */
         rc = cpu_small_gemm(be, gg, Ab, lda, Bb, ldb, out, ldo, panel);
     else rc = cpu_sgemm_pool(be, pool, gg, Ab, lda, Bb, ldb, out, ldo);
@@ -208,16 +249,19 @@ static void mult_items(void *vm, size_t begin, size_t end)
 {
     mult *m = vm;
     const mpx_gemm *g = m->g;
-    float *cw = m->cw, *own = NULL;
+    float *cw = m->cw, *own = NULL, *abuf = NULL, *bbuf = NULL;
     void *amx_buf = NULL;
     if (!m->pool) {   /* a thread of the pool: buffers of its own */
         size_t c = g->c.t != MPX_F32 ? (size_t)g->m * g->n : 0, x = m->amx ? cpu_amx_bytes(g) / sizeof(float) + 1 : 0;
-        if (c + x && !(own = malloc((c + x) * sizeof(float)))) { atomic_store(&m->failed, 1); return; }
+        size_t na = m->a.so ? (size_t)g->m * g->k : 0, nb = m->b.so ? (size_t)g->k * g->n : 0;
+        if (c + x + na + nb && !(own = malloc((c + x + na + nb) * sizeof(float)))) { atomic_store(&m->failed, 1); return; }
         cw = own;
         amx_buf = m->amx ? own + c : NULL;
+        abuf = na ? own + c + x : NULL;
+        bbuf = nb ? own + c + x + na : NULL;
     }
     for (size_t b = begin; b < end; b++)
-        if (mult_one(m, (int)b, m->pool, cw, amx_buf, NULL)) atomic_store(&m->failed, 1);
+        if (mult_one(m, (int)b, m->pool, cw, amx_buf, NULL, abuf, bbuf)) atomic_store(&m->failed, 1);
     free(own);
 }
 
@@ -230,6 +274,16 @@ static void amax_rows(void *vj, size_t r0, size_t r1)
     uint32_t mb = 0;
     for (size_t r = r0; r < r1; r++) {
         size_t b = r / (size_t)o->rows, row = r % (size_t)o->rows;
+        if (o->a.t == MPX_BF16) {   /* the largest |x| of bf16 values: the largest of their bits, widened */
+            const uint16_t *h = (const uint16_t *)o->a.p + (size_t)((long long)b * o->stride) + row * (size_t)o->ld;
+            uint32_t m16 = 0;
+            for (int c = 0; c < o->cols; c++) {
+                uint32_t u = h[c] & 0x7fffu;
+                m16 = u > m16 ? u : m16;
+            }
+            mb = m16 << 16 > mb ? m16 << 16 : mb;
+            continue;
+        }
         for (int c0 = 0; c0 < o->cols; c0 += 1024) {
             int w = o->cols - c0 < 1024 ? o->cols - c0 : 1024;
             cpu_load(j->be, o->a, (size_t)((long long)b * o->stride) + row * (size_t)o->ld + (size_t)c0, (size_t)w, tmp);
@@ -288,7 +342,12 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     const int amx = !h100 && cf && !cf->encode && cf->man_bits <= 7 && cpu_amx_dims(be, g);
     const int fuse_a = amx && (recipe != MPX_SCALING_MX || !g->trans_a);
     const int fuse_b = amx && (recipe != MPX_SCALING_MX || g->trans_b);
-    size_t na = fuse_a ? 0 : (size_t)g->batch * g->m * g->k, nb = fuse_b ? 0 : (size_t)g->batch * g->k * g->n;
+    /* items spread over the threads (attention): an operand the AMX path does not quantise
+     * is quantised item by item by the thread that multiplies it, in its cache */
+    const int par = be->threads > 1 && g->batch >= 2 * be->threads && !h100;
+    const int item_a = par && !fuse_a, item_b = par && !fuse_b;
+    size_t na = fuse_a || item_a ? 0 : (size_t)g->batch * g->m * g->k;
+    size_t nb = fuse_b || item_b ? 0 : (size_t)g->batch * g->k * g->n;
     size_t nc = g->c.t == MPX_F32 ? 0 : (size_t)g->m * g->n;
     float *A = malloc((na + nb + nc + 1) * sizeof(float));
     if (!A) return (void)CPU_FAIL(be, "cpu gemm: out of memory (m=%d n=%d k=%d batch=%d)", g->m, g->n, g->k, g->batch), MPX_ERR_NOMEM;
@@ -303,13 +362,13 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
                .b = { mpx_a(B, MPX_F32), sb.cols ? sb.cols : 1, (long long)g->k * g->n, NULL },
                .h100 = h100, .emin = emin, .amx = amx };
     if (g->k > 0) {
-        if (fuse_a) {
+        if (fuse_a || item_a) {
             rc = prepare_fused(be, &sa, g->compute, recipe, &qf, &fq[0], &ia);
-            m.a = (opnd){ g->a, g->lda, g->stride_a, &fq[0] };
+            m.a = (opnd){ g->a, g->lda, g->stride_a, &fq[0], item_a ? &sa : NULL, !g->trans_a };
         } else rc = prepare(be, &sa, g->compute, recipe, !g->trans_a, A, &ia, &qa);
-        if (!rc && fuse_b) {
+        if (!rc && (fuse_b || item_b)) {
             rc = prepare_fused(be, &sb, g->compute, recipe, &qf, &fq[1], &ib);
-            m.b = (opnd){ g->b, g->ldb, g->stride_b, &fq[1] };
+            m.b = (opnd){ g->b, g->ldb, g->stride_b, &fq[1], item_b ? &sb : NULL, g->trans_b };
         } else if (!rc) rc = prepare(be, &sb, g->compute, recipe, g->trans_b, B, &ib, &qb);
     }
     if (rc) { free(A); return rc; }
@@ -319,7 +378,7 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     atomic_init(&m.failed, 0);
     if (be->census && !h100 && cf && !cf->encode && cf->man_bits <= 7 && g->k > 0 && g->m >= 128 && g->n >= 128)
         m.census = 1;   /* (the sizes cpu_amx_dims takes) */
-    if (be->threads > 1 && g->batch >= 2 * be->threads && !h100) {
+    if (par) {
         /* attention: whole items per thread, each on its own buffers */
         cpu_pool_run(be->pool, (size_t)g->batch, 1, mult_items, &m);
     } else {
@@ -332,7 +391,7 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
                       g->n, g->k, g->batch);
     /* what the rounding did, for the host's diagnostics (ABI 1.8) */
     for (int o = 0; o < 2; o++) {
-        if (!(o ? fuse_b : fuse_a) || g->k <= 0) continue;
+        if (!(o ? fuse_b || item_b : fuse_a || item_a) || g->k <= 0) continue;
         mpx_quant_stats *st = o ? &qb : &qa;
         *st = fq[o].st;
         st->n = (size_t)g->batch * (size_t)g->k * (size_t)(o ? g->n : g->m);

@@ -189,6 +189,10 @@ void cpu_quantize(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, con
  * (counted), times 2^X; a NaN in the block makes the block NaN. */
 void cpu_quantize_mx_block(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x, int w,
                            mpx_quant_stats *st);
+/* MX blocks down columns: rows (<= 32) rows of `cols` columns at x (row stride ld), each
+ * column one block, as cpu_quantize_mx_block does it (16 columns at a time in AVX-512). */
+void cpu_quantize_mx_cols(const cpu_be *be, const mpx_format *f, const cpu_qfmt *qf, const float *lut, float *x,
+                          size_t ld, int rows, int cols, mpx_quant_stats *st);
 /* The largest of m and the bits of |x[i step]|, i < n: for non-negative floats the order
  * of their bits (a NaN's are above inf's). */
 uint32_t cpu_abs_bits_max(const float *x, size_t n, size_t step, uint32_t m);
