@@ -309,7 +309,7 @@ Test(amx, census_counts_subnormal_inputs_and_results, .timeout = 60)
     ops->free(be, B);
     ops->free(be, C);
     vt->destroy(be);
-    cr_assert_str_eq(th_last_note(), "subnormal census: 1 GEMMs on bf16 operands; subnormal inputs 8 of 8192, "
+    cr_assert_str_eq(th_last_note(), "subnormal census: 1 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs 8 of 8192, "
                                      "subnormal fp32 results 128 of 16384");
     th_env_free(env);
 }
@@ -338,7 +338,7 @@ Test(amx, plugins_and_run_json_say_which_path_ran, .timeout = 120)
         cr_assert_not_null(rec);
         cr_expect(strstr(rec, census ? "bf16 GEMMs: fma (subnormal census)" : "bf16 GEMMs: amx"),
                   "run.json does not say which bf16 path ran (census %d)", census);
-        if (census) cr_expect(strstr(out, "subnormal census: 64 GEMMs on bf16 operands; subnormal inputs"),
+        if (census) cr_expect(strstr(out, "subnormal census: 64 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs"),
                               "no census note: %s", out);
         free(rec);
     }

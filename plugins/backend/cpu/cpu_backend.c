@@ -47,9 +47,9 @@ static const mpx_option cpu_options[] = {
               "OS has none; auto = amx where available, else fma. Default fma: protocol A's census (subnormal_census) "
               "found subnormal results in bf16 GEMMs (docs/SPEED.md). run.json's backend line says which ran" },
     { .key = "subnormal_census", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
-      .help = "count, in every GEMM on two bf16 operands, the subnormal inputs and fp32 results (the values the "
-              "AMX unit would read or write as zero); those GEMMs then take the fma path, and the counts are "
-              "printed as a note when the run ends" },
+      .help = "count, in every GEMM the AMX path would take (two bf16 operands, or an 8-bit GEMM's quantised "
+              "operands), the subnormal inputs and fp32 results (the values the AMX unit would read or write as zero); "
+              "those GEMMs then take the fma path, and the counts are printed as a note when the run ends" },
 };
 
 static int available_cores(void)
@@ -68,8 +68,8 @@ static void cpu_destroy(void *vbe)
     if (!be) return;
     if (be->census && be->env)
         be->env->host->note(be->env,
-                            "subnormal census: %zu GEMMs on bf16 operands; subnormal inputs %zu of %zu, subnormal "
-                            "fp32 results %zu of %zu",
+                            "subnormal census: %zu GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs "
+                            "%zu of %zu, subnormal fp32 results %zu of %zu",
                             be->census_n[4], be->census_n[0], be->census_n[1], be->census_n[2], be->census_n[3]);
     cpu_pool_destroy(be->pool);
     free(be->amx_ws);
