@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../core/engine/session.h"
+#include "../core/engine/update_window.h"
 #include "../core/engine/train.h"
 #include "bench_util.h"
 
