@@ -2,7 +2,9 @@
  * tokens = 1152 rows; MiniLM hidden 384 / intermediate 1536 and bert-base 768 / 3072,
  * 12 heads), beside OpenBLAS's own cblas_sgemm in the same run.
  * Columns: GFLOP/s of raw sgemm, of the op with fp32 storage, with bf16 storage (and
- * compute), with fp16 storage, and the bf16/fp32 time ratio (target <= 1.25).
+ * compute), with fp16 storage, and the bf16/fp32 time ratio (target <= 1.25); then, where
+ * the CPU has AMX-BF16, the bf16 op with backend.cpu.bf16_gemm = "amx" and its time over
+ * the fp32 op's.
  * Usage: bench_gemm [threads [attention_gemm [linear_gemm]]]   (default 0 = all cores,
  * "mpx", "mpx") */
 #include <cblas.h>
@@ -83,14 +85,20 @@ int main(int argc, char **argv)
     const mpx_plugin_desc *d = th_load("build/plugins/backend-cpu.so", &why);
     if (!d) { fprintf(stderr, "cannot load build/plugins/backend-cpu.so: %s\n", why); return 1; }
     const char *attn = argc > 2 ? argv[2] : "mpx", *lin = argc > 3 ? argv[3] : "mpx";
-    char opts[200];
-    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\";",
-             threads, attn, lin);
+    char opts[300];
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\"; "
+             "bf16_gemm = \"fma\"; subnormal_census = false;", threads, attn, lin);
     mpx_env *env = th_env(opts, NULL, NULL);
     const mpx_backend_vtable *vt = d->vtable;
     void *be = NULL;
     if (vt->create(env, &be) != 0) { fprintf(stderr, "create: %s\n", th_error(env)); return 1; }
     const mpx_ops *ops = vt->ops;
+    /* the same backend with the AMX path (NULL where the CPU has none) */
+    snprintf(opts, sizeof opts, "threads = %d; fp8_accumulate = \"fp32\"; attention_gemm = \"%s\"; linear_gemm = \"%s\"; "
+             "bf16_gemm = \"amx\"; subnormal_census = false;", threads, attn, lin);
+    mpx_env *env_amx = th_env(opts, NULL, NULL);
+    void *be_amx = NULL;
+    if (vt->create(env_amx, &be_amx) != 0) be_amx = NULL;
 
     const int T = 1152, S = 384, B = 3, H = 12;
     shape shapes[32];
@@ -120,8 +128,9 @@ int main(int argc, char **argv)
     }
 
     printf("%s\n", vt->describe(be));
-    printf("%-36s %9s %9s %9s %9s %9s\n", "shape (GFLOP/s)", "sgemm", "op fp32", "op bf16", "op fp16", "bf16/fp32");
-    double sum_ratio = 0, worst = 0;
+    printf("%-36s %9s %9s %9s %9s %9s %9s %9s\n", "shape (GFLOP/s)", "sgemm", "op fp32", "op bf16", "op fp16", "bf16/fp32",
+           "bf16 amx", "amx/fp32");
+    double sum_ratio = 0, worst = 0, sum_amx = 0;
     for (int i = 0; i < ns; i++) {
         const shape *s = &shapes[i];
         size_t na = (size_t)s->m * s->k * s->batch, nb = (size_t)s->k * s->n * s->batch, nc = (size_t)s->m * s->n * s->batch;
@@ -146,12 +155,23 @@ int main(int argc, char **argv)
         double ratio = t16 / t32;
         sum_ratio += ratio;
         if (ratio > worst) worst = ratio;
-        printf("%-36s %9.1f %9.1f %9.1f %9.1f %9.2f\n", s->name, flop / t_blas * 1e-9, flop / t32 * 1e-9,
+        printf("%-36s %9.1f %9.1f %9.1f %9.1f %9.2f", s->name, flop / t_blas * 1e-9, flop / t32 * 1e-9,
                flop / t16 * 1e-9, flop / th * 1e-9, ratio);
+        if (be_amx) {
+            ops->gemm(be_amx, &g16);
+            double ta = time_op(ops, be_amx, &g16);
+            sum_amx += ta / t32;
+            printf(" %9.1f %9.2f", flop / ta * 1e-9, ta / t32);
+        }
+        printf("\n");
         free(f.a); free(f.b); free(f.c); free(h.a); free(h.b); free(h.c); free(hf.a); free(hf.b); free(hf.c);
     }
-    printf("bf16/fp32 time: mean %.2f, worst %.2f (target <= 1.25)\n", sum_ratio / ns, worst);
+    printf("bf16/fp32 time: mean %.2f, worst %.2f (target <= 1.25)", sum_ratio / ns, worst);
+    if (be_amx) printf("; bf16 on AMX / fp32: mean %.2f", sum_amx / ns);
+    printf("\n");
     vt->destroy(be);
+    if (be_amx) vt->destroy(be_amx);
     th_env_free(env);
+    th_env_free(env_amx);
     return 0;
 }
