@@ -302,6 +302,15 @@ Test(amx, census_counts_subnormal_inputs_and_results, .timeout = 60)
                    .compute = MPX_BF16 };
     cr_assert_eq(ops->gemm(be, &g), 0, "%s", th_error(env));
     cr_assert(C[0] == 0x1p-130f && C[n] == 0.0f, "C[0] = %a, C[n] = %a", (double)C[0], (double)C[n]);
+    /* the same into a bf16 C (K of one block: the kernel would round C tile by tile): the
+     * fp32 results are counted before they are rounded, C's row 0 is 2^-130 in bf16 */
+    uint16_t *C16 = ops->alloc(be, (size_t)m * n * 2);
+    cr_assert_not_null(C16);
+    g.c = mpx_a(C16, MPX_BF16);
+    cr_assert_eq(ops->gemm(be, &g), 0, "%s", th_error(env));
+    cr_assert(C16[0] == bits16(0x1p-130f) && C16[n] == 0, "C16[0] = 0x%04x, C16[n] = 0x%04x", C16[0], C16[n]);
+    ops->free(be, C16);
+    g.c = mpx_a(C, MPX_F32);
     /* a GEMM too small for the AMX path is not counted */
     g.m = 8;
     cr_assert_eq(ops->gemm(be, &g), 0, "%s", th_error(env));
@@ -309,8 +318,8 @@ Test(amx, census_counts_subnormal_inputs_and_results, .timeout = 60)
     ops->free(be, B);
     ops->free(be, C);
     vt->destroy(be);
-    cr_assert_str_eq(th_last_note(), "subnormal census: 1 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs 8 of 8192, "
-                                     "subnormal fp32 results 128 of 16384");
+    cr_assert_str_eq(th_last_note(), "subnormal census: 2 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs 16 of "
+                                     "16384, subnormal fp32 results 256 of 32768");
     th_env_free(env);
 }
 

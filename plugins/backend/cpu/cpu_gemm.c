@@ -236,8 +236,9 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
     /* the linear kernel widens 16-bit operands as it packs them (no rounding to do) */
     const int linear = be->linear_gemm > 0 && g->k > 0 && !cpu_small_gemm_fits(be, g);
     const int wa = linear && widen_only(ia.a, g->compute), wb = linear && widen_only(ib.a, g->compute);
-    /* ... and rounds a 16-bit C tile by tile when K is one block */
-    const int wc = linear && (g->c.t == MPX_F16 || g->c.t == MPX_BF16) && !cpu_linear_gemm_cuts_k(g);
+    /* ... and rounds a 16-bit C tile by tile when K is one block (not for the census, which
+     * counts the fp32 results before they are rounded) */
+    const int wc = linear && !be->census && (g->c.t == MPX_F16 || g->c.t == MPX_BF16) && !cpu_linear_gemm_cuts_k(g);
     if (g->k > 0) {
         if (!wa) A = prepare_input(be, pool, &ia, g->compute, w->a, &lda);
         if (!wb) B = prepare_input(be, pool, &ib, g->compute, w->b, &ldb);
@@ -258,7 +259,7 @@ static int gemm_item(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, const operan
         return -1;
     }
     if (be->census && cpu_amx_shape(g))
-        cpu_amx_census(be, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc);   /* wc: a 16-bit C, which is no bf16 GEMM's here */
+        cpu_amx_census(be, g, ia.a, ia.ld, ib.a, ib.ld, C, ldc);   /* C: fp32 (wc is 0 under the census) */
     if (g->c.t != MPX_F32 && !wc) convert(be, pool, &ic, C, MPX_F32, 1);
     return 0;
 }
