@@ -45,7 +45,7 @@ static const mpx_option cpu_options[] = {
               "the CPU's AMX-BF16 tiles (the same products, accumulated in fp32 in the unit's order: other bits than "
               "fma's; subnormal inputs, products and results read or written as zero), refused where the CPU or the "
               "OS has none; auto = amx where available, else fma. Default fma: protocol A's census (subnormal_census) "
-              "found subnormal results in bf16 GEMMs (docs/SPEED.md). run.json's backend line says which ran" },
+              "found subnormal inputs in bf16 GEMMs (docs/SPEED.md). run.json's backend line says which ran" },
     { .key = "subnormal_census", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
       .help = "count, in every GEMM the AMX path would take (two bf16 operands, or an 8-bit GEMM's quantised "
               "operands), the subnormal inputs and fp32 results (the values the AMX unit would read or write as zero); "
