@@ -161,8 +161,11 @@ static float *amx_bits(int threads, const shape *s, int one_by_one)
     mpx_arg A = tb_alloc(&t, MPX_BF16, na * s->batch), B = tb_alloc(&t, MPX_BF16, nb * s->batch);
     mpx_arg C = tb_alloc(&t, MPX_F32, nc * s->batch);
     uint64_t st = 12345;
-    for (size_t i = 0; i < na * s->batch; i++) ((uint16_t *)A.p)[i] = (uint16_t)(0x3C00u + rng_next(&st) % 0x0700u) | (uint16_t)((rng_next(&st) & 1) << 15);
-    for (size_t i = 0; i < nb * s->batch; i++) ((uint16_t *)B.p)[i] = (uint16_t)(0x3C00u + rng_next(&st) % 0x0700u) | (uint16_t)((rng_next(&st) & 1) << 15);
+    /* bf16 values of magnitude 2^-7 .. 2^7, either sign */
+    for (size_t i = 0; i < na * s->batch; i++)
+        ((uint16_t *)A.p)[i] = (uint16_t)(0x3C00u + rng_next(&st) % 0x0700u) | (uint16_t)((rng_next(&st) & 1) << 15);
+    for (size_t i = 0; i < nb * s->batch; i++)
+        ((uint16_t *)B.p)[i] = (uint16_t)(0x3C00u + rng_next(&st) % 0x0700u) | (uint16_t)((rng_next(&st) & 1) << 15);
     mpx_gemm g = { .trans_a = s->ta, .trans_b = s->tb, .m = s->m, .n = s->n, .k = s->k, .alpha = 1.0f, .beta = 0.0f,
                    .a = A, .lda = ac, .stride_a = (long long)na, .b = B, .ldb = bc, .stride_b = (long long)nb, .c = C,
                    .ldc = s->n, .stride_c = (long long)nc, .batch = s->batch, .compute = MPX_F32 };
@@ -347,8 +350,9 @@ Test(amx, plugins_and_run_json_say_which_path_ran, .timeout = 120)
         cr_assert_not_null(rec);
         cr_expect(strstr(rec, census ? "bf16 GEMMs: fma (subnormal census)" : "bf16 GEMMs: amx"),
                   "run.json does not say which bf16 path ran (census %d)", census);
-        if (census) cr_expect(strstr(out, "subnormal census: 64 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs"),
-                              "no census note: %s", out);
+        if (census)
+            cr_expect(strstr(out, "subnormal census: 64 GEMMs the AMX path would take (bf16 and 8-bit); subnormal inputs"),
+                      "no census note: %s", out);
         free(rec);
     }
 }

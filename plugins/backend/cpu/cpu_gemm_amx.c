@@ -67,14 +67,16 @@ int cpu_amx_available(void)
 #ifndef AMX_MIN_MN
 #define AMX_MIN_MN 128
 #endif
+int cpu_amx_sizes(const mpx_gemm *g) { return g->k > 0 && g->m >= AMX_MIN_MN && g->n >= AMX_MIN_MN; }
+
 int cpu_amx_dims(const cpu_be *be, const mpx_gemm *g)
 {
-    return be->bf16_gemm == CPU_BF16_GEMM_AMX && !be->census && g->k > 0 && g->m >= AMX_MIN_MN && g->n >= AMX_MIN_MN;
+    return be->bf16_gemm == CPU_BF16_GEMM_AMX && !be->census && cpu_amx_sizes(g);
 }
 
 int cpu_amx_shape(const mpx_gemm *g)
 {
-    if (g->k <= 0 || g->m < AMX_MIN_MN || g->n < AMX_MIN_MN) return 0;
+    if (!cpu_amx_sizes(g)) return 0;
     if (g->compute == MPX_BF16) return 1;
     return g->compute == MPX_F32 && g->a.t == MPX_BF16 && g->b.t == MPX_BF16;
 }
@@ -160,8 +162,8 @@ static void load_bits(amx *s, mpx_arg x, size_t off, size_t n, float *tmp, uint1
         cpu_load(s->be, x, off, n, tmp);
         if (q->mx)
             for (size_t b = 0; b < n; b += MPX_MX_BLOCK)
-                cpu_quantize_mx_block(s->be, q->f, q->qf, q->lut, tmp + b, n - b < MPX_MX_BLOCK ? (int)(n - b) : MPX_MX_BLOCK,
-                                      st);
+                cpu_quantize_mx_block(s->be, q->f, q->qf, q->lut, tmp + b,
+                                      n - b < MPX_MX_BLOCK ? (int)(n - b) : MPX_MX_BLOCK, st);
         else cpu_quantize(s->be, q->f, q->qf, q->lut, tmp, n, q->s, st);
         const uint32_t *u = (const uint32_t *)tmp;
         for (size_t i = 0; i < n; i++) out[i] = (uint16_t)(u[i] >> 16);
@@ -341,7 +343,8 @@ static void amx_pieces(void *vj, size_t begin, size_t end)
     float out[AMX_BLK * AMX_BLK] __attribute__((aligned(64)));
     tiles_on();
     for (size_t p = begin; p < end; p++) {
-        int ib0 = (int)p * j->panels_per_piece, ib1 = ib0 + j->panels_per_piece < panels ? ib0 + j->panels_per_piece : panels;
+        int ib0 = (int)p * j->panels_per_piece;
+        int ib1 = ib0 + j->panels_per_piece < panels ? ib0 + j->panels_per_piece : panels;
         for (int jb0 = 0; jb0 < cols; jb0 += j->nb) {
             int jb1 = jb0 + j->nb < cols ? jb0 + j->nb : cols;
             for (int ib = ib0; ib < ib1; ib++)
@@ -367,7 +370,8 @@ static void amx_pieces(void *vj, size_t begin, size_t end)
 int cpu_amx_gemm(cpu_be *be, cpu_pool *pool, const mpx_gemm *g, mpx_arg A, int lda, mpx_arg B, int ldb, float *C,
                  int ldc, void *buf, int exact, cpu_amx_quant *qa, cpu_amx_quant *qb)
 {
-    amx s = { .exact = exact, .qa = qa, .qb = qb, .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda, .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
+    amx s = { .exact = exact, .qa = qa, .qb = qb, .be = be, .g = g, .a = A, .b = B, .lda = (size_t)lda,
+              .ldb = (size_t)ldb, .c = C, .ldc = (size_t)ldc,
               .kk = (g->k + AMX_K - 1) / AMX_K, .mp = (int)pad_to((size_t)g->m, AMX_BLK),
               .np = (int)pad_to((size_t)g->n, AMX_BLK)};
     size_t kp = (size_t)s.kk * AMX_K, abytes = (size_t)s.mp * kp * 2, bytes = abytes + (size_t)s.np * kp * 2;

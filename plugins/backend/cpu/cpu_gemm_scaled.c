@@ -376,8 +376,7 @@ int cpu_gemm_scaled(cpu_be *be, const mpx_gemm *g)
     gg.alpha = g->alpha * ia * ib;
     m.gg = &gg;
     atomic_init(&m.failed, 0);
-    if (be->census && !h100 && cf && !cf->encode && cf->man_bits <= 7 && g->k > 0 && g->m >= 128 && g->n >= 128)
-        m.census = 1;   /* (the sizes cpu_amx_dims takes) */
+    if (be->census && !h100 && cf && !cf->encode && cf->man_bits <= 7 && cpu_amx_sizes(g)) m.census = 1;
     if (par) {
         /* attention: whole items per thread, each on its own buffers */
         cpu_pool_run(be->pool, (size_t)g->batch, 1, mult_items, &m);

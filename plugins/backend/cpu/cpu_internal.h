@@ -206,8 +206,9 @@ int cpu_amx_available(void);
  * on (option bf16_gemm, no census). */
 int cpu_amx_shape(const mpx_gemm *g);
 int cpu_amx_takes(const cpu_be *be, const mpx_gemm *g);
-/* The AMX path is on and g's sizes are ones it takes (whatever the dtypes): the 8-bit
- * GEMMs ask this for their quantised operands, which are bf16 values. */
+/* g's sizes are ones the AMX path takes (whatever the dtypes); cpu_amx_dims: and the path
+ * is on. The 8-bit GEMMs ask these for their quantised operands, which are bf16 values. */
+int cpu_amx_sizes(const mpx_gemm *g);
 int cpu_amx_dims(const cpu_be *be, const mpx_gemm *g);
 /* Bytes of packing buffer one item of g needs (`buf` of cpu_amx_gemm). */
 size_t cpu_amx_bytes(const mpx_gemm *g);
