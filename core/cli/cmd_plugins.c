@@ -51,6 +51,26 @@ static void list_all(const mpx_registry *r)
     printf("\nsearched: %s\n", mpx_registry_dirs_text(r, dirs, sizeof dirs));
 }
 
+/* Configures s from a configuration that selects only `kind`'s plugin `name` (every other
+ * key its default), through a temporary file. 0, or -1 with err set. */
+static int configure_one(mpx_session *s, const char *kind, const char *name, char *err, size_t errlen)
+{
+    char path[] = "/tmp/mpx-plugins-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return snprintf(err, errlen, "cannot make a temporary configuration in /tmp"), -1;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(path);
+        return snprintf(err, errlen, "cannot write %s", path), -1;
+    }
+    fprintf(f, "%s = { plugin = \"%s\"; };\n", kind, name);
+    int rc = fclose(f) ? (snprintf(err, errlen, "cannot write %s", path), -1)
+                       : mpx_session_configure(s, path, NULL, 0, err, errlen);
+    unlink(path);
+    return rc ? -1 : 0;
+}
+
 /* A precision policy: the formats it declares and, with its defaults, every dtype and
  * the scaling recipe (what `mpx check` prints for a config that only selects it). */
 static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
@@ -64,19 +84,11 @@ static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
             printf("    %-14s %s\n", vt->formats[i].name ? vt->formats[i].name : "?", buf);
         }
     }
-    char path[] = "/tmp/mpx-plugins-XXXXXX", err[4096];
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    FILE *f = fdopen(fd, "w");
-    if (!f) { close(fd); unlink(path); return; }
-    fprintf(f, "precision = { plugin = \"%s\"; };\n", p->desc.name);
-    fclose(f);
-    if (mpx_session_configure(s, path, NULL, 0, err, sizeof err) || mpx_session_precision(s, err, sizeof err)) {
+    char err[4096];
+    if (configure_one(s, "precision", p->desc.name, err, sizeof err) || mpx_session_precision(s, err, sizeof err)) {
         printf("  with its defaults: cannot describe (%s)\n", err);
-        unlink(path);
         return;
     }
-    unlink(path);
     const mpx_precision_desc *d = &s->prec;
     const mpx_format_table *t = &s->fmts;
     char ost[256];
@@ -105,16 +117,9 @@ static void show_policy(mpx_session *s, const mpx_plugin_rec *p)
  * cpu backend's kernels, AMX or not; a GPU's name), as run.json records it. */
 static void show_backend(mpx_session *s, const mpx_plugin_rec *p)
 {
-    char path[] = "/tmp/mpx-plugins-XXXXXX", err[4096];
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    FILE *f = fdopen(fd, "w");
-    if (!f) { close(fd); unlink(path); return; }
-    fprintf(f, "backend = { plugin = \"%s\"; };\n", p->desc.name);
-    fclose(f);
-    int rc = mpx_session_configure(s, path, NULL, 0, err, sizeof err) || mpx_session_start_backend(s, err, sizeof err);
-    unlink(path);
-    if (rc) printf("  on this machine, with its defaults: cannot start (%s)\n", err);
+    char err[4096];
+    if (configure_one(s, "backend", p->desc.name, err, sizeof err) || mpx_session_start_backend(s, err, sizeof err))
+        printf("  on this machine, with its defaults: cannot start (%s)\n", err);
     else printf("  on this machine, with its defaults: %s\n", p->vt.backend.describe(s->be));
 }
 

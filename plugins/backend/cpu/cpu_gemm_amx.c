@@ -200,41 +200,48 @@ static void load_pairs(amx *s, mpx_arg x, size_t ld, int l, int k, size_t x0, si
     for (size_t t = 0; t < n; t++) out[t] = (uint32_t)h0[t] | (uint32_t)h1[t] << 16;
 }
 
+/* A packing piece's stack: one chunk widened (tmp), as bf16 bits (h, and h1 for a pair's
+ * second row), as pairs (pr); its quantisation counts. */
+typedef struct pack_buf {
+    float tmp[AMX_K_CHUNK];
+    uint16_t h[AMX_K_CHUNK], h1[AMX_K_CHUNK];
+    uint32_t pr[AMX_K_CHUNK];
+    mpx_quant_stats qst;
+} pack_buf;
+
 /* Rows [r0, r1) of op(A) into their 16-row blocks: element (i, l) at
  * apack[((i / 16) kk + l / 32) 512 + (i % 16) 32 + l % 32]. */
 static void pack_a_rows(void *vs, size_t r0, size_t r1)
 {
     amx *s = vs;
     const mpx_gemm *g = s->g;
-    float tmp[AMX_K_CHUNK];
-    uint16_t h[AMX_K_CHUNK], h1[AMX_K_CHUNK];
-    uint32_t pr[AMX_K_CHUNK];
-    mpx_quant_stats qst = { 0 };
+    pack_buf w;
+    w.qst = (mpx_quant_stats){ 0 };
     size_t i1 = r1 < (size_t)g->m ? r1 : (size_t)g->m;
     if (!g->trans_a) {   /* row i of op(A) lies contiguous in A: 32 values at a time */
         for (size_t i = r0; i < i1; i++)
             for (int l0 = 0; l0 < g->k; l0 += AMX_K_CHUNK) {
                 int n = g->k - l0 < AMX_K_CHUNK ? g->k - l0 : AMX_K_CHUNK;
-                load_bits(s, s->a, i * s->lda + (size_t)l0, (size_t)n, tmp, h, s->qa, &qst);
+                load_bits(s, s->a, i * s->lda + (size_t)l0, (size_t)n, w.tmp, w.h, s->qa, &w.qst);
                 for (int q = 0; q < n; q += AMX_K) {
-                    int w = n - q < AMX_K ? n - q : AMX_K, l = l0 + q;
+                    int len = n - q < AMX_K ? n - q : AMX_K, l = l0 + q;
                     uint16_t *d = s->apack + ((i / 16) * (size_t)s->kk + (size_t)(l / AMX_K)) * 512 + (i % 16) * 32;
-                    memcpy(d, h + q, (size_t)w * 2);
+                    memcpy(d, w.h + q, (size_t)len * 2);
                 }
             }
     } else {   /* op(A) = A^T: rows l, l + 1 of A hold op(A)[r0 .. r1, l .. l + 1]: a pair per row of op(A) */
         for (int l = 0; l < g->k && r0 < i1; l += 2)
             for (size_t i0 = r0; i0 < i1; i0 += AMX_K_CHUNK) {
                 size_t n = i1 - i0 < AMX_K_CHUNK ? i1 - i0 : AMX_K_CHUNK;
-                load_pairs(s, s->a, s->lda, l, g->k, i0, n, tmp, h, h1, pr, s->qa, &qst);
+                load_pairs(s, s->a, s->lda, l, g->k, i0, n, w.tmp, w.h, w.h1, w.pr, s->qa, &w.qst);
                 uint32_t *d = (uint32_t *)(s->apack + (size_t)(l / AMX_K) * 512 + (size_t)(l % AMX_K));
                 for (size_t t = 0; t < n; t++) {
                     size_t i = i0 + t;
-                    d[((i / 16) * (size_t)s->kk * 512 + (i % 16) * 32) / 2] = pr[t];
+                    d[((i / 16) * (size_t)s->kk * 512 + (i % 16) * 32) / 2] = w.pr[t];
                 }
             }
     }
-    add_quant_stats(s->qa, &qst);
+    add_quant_stats(s->qa, &w.qst);
 }
 
 /* Columns [c0, c1) of op(B) into their 16-column blocks, pairs interleaved: element
@@ -243,22 +250,20 @@ static void pack_b_cols(void *vs, size_t c0, size_t c1)
 {
     amx *s = vs;
     const mpx_gemm *g = s->g;
-    float tmp[AMX_K_CHUNK];
-    uint16_t h[AMX_K_CHUNK], h1[AMX_K_CHUNK];
-    uint32_t pr[AMX_K_CHUNK];
-    mpx_quant_stats qst = { 0 };
+    pack_buf w;
+    w.qst = (mpx_quant_stats){ 0 };
     size_t j1 = c1 < (size_t)g->n ? c1 : (size_t)g->n;
     if (g->trans_b) {   /* column j of op(B) lies contiguous in B (its row j): its pairs are adjacent */
         for (size_t j = c0; j < j1; j++)
             for (int l0 = 0; l0 < g->k; l0 += AMX_K_CHUNK) {
                 int n = g->k - l0 < AMX_K_CHUNK ? g->k - l0 : AMX_K_CHUNK;
-                load_bits(s, s->b, j * s->ldb + (size_t)l0, (size_t)n, tmp, h, s->qb, &qst);
-                if (n % 2) h[n] = 0;
+                load_bits(s, s->b, j * s->ldb + (size_t)l0, (size_t)n, w.tmp, w.h, s->qb, &w.qst);
+                if (n % 2) w.h[n] = 0;
                 uint32_t *d = (uint32_t *)(s->bpack + (j / 16) * (size_t)s->kk * 512 + (j % 16) * 2);
                 for (int t = 0; t < n; t += 2) {
                     int l = l0 + t;
                     uint32_t v;
-                    memcpy(&v, h + t, 4);
+                    memcpy(&v, w.h + t, 4);
                     d[((size_t)(l / AMX_K) * 512 + (size_t)((l % AMX_K) / 2) * 32) / 2] = v;
                 }
             }
@@ -266,16 +271,16 @@ static void pack_b_cols(void *vs, size_t c0, size_t c1)
         for (int l = 0; l < g->k && c0 < j1; l += 2)
             for (size_t j0 = c0; j0 < j1; j0 += AMX_K_CHUNK) {
                 size_t n = j1 - j0 < AMX_K_CHUNK ? j1 - j0 : AMX_K_CHUNK;
-                load_pairs(s, s->b, s->ldb, l, g->k, j0, n, tmp, h, h1, pr, s->qb, &qst);
+                load_pairs(s, s->b, s->ldb, l, g->k, j0, n, w.tmp, w.h, w.h1, w.pr, s->qb, &w.qst);
                 uint16_t *d = s->bpack + (size_t)(l / AMX_K) * 512 + (size_t)((l % AMX_K) / 2) * 32;
                 for (size_t t = 0; t < n;) {
-                    size_t j = j0 + t, w = 16 - j % 16 < n - t ? 16 - j % 16 : n - t;
-                    memcpy(d + (j / 16) * (size_t)s->kk * 512 + (j % 16) * 2, pr + t, w * 4);
-                    t += w;
+                    size_t j = j0 + t, len = 16 - j % 16 < n - t ? 16 - j % 16 : n - t;
+                    memcpy(d + (j / 16) * (size_t)s->kk * 512 + (j % 16) * 2, w.pr + t, len * 4);
+                    t += len;
                 }
             }
     }
-    add_quant_stats(s->qb, &qst);
+    add_quant_stats(s->qb, &w.qst);
 }
 
 typedef struct amx_cfg {
