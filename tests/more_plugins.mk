@@ -19,3 +19,6 @@ $(BUILD)/test-plugins/opt_refuse18.so: $(BUILD)/obj/tests/abi18/opt_refuse.o cor
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) -lm
 $(BUILD)/tests/test_update_threads: $(BUILD)/test-plugins/opt_refuse.so $(BUILD)/test-plugins/opt_refuse18.so
+# A policy whose per-parameter hook puts one layer's GEMMs in fp8 (test_abi_minor: a
+# backend without MPX_OPS_FORMATS refuses it by parameter).
+$(eval $(call add_test_plugin,param_fp8,tests/plugins/param_fp8.c,))

@@ -3,6 +3,7 @@
  * op table) must still load and run, and the optimizers must take their host loops
  * with it: the toy run's metrics are bitwise those of the 1.4 cpu backend. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,5 +83,82 @@ Test(abi_minor, a_1_0_model_trains_and_stage3_refuses_it)
     }
     cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg -s 'zero.plugin=\"stage3\"' 2>&1"), 0,
                  "the toy itself is refused: %s", out);
+    ts_sh(NULL, 0, "rm -rf %s", tmp);
+}
+
+/* ABI 1.15: a backend without MPX_OPS_FORMATS (build/test-plugins/backend-cpu-noformats.so:
+ * the cpu backend without the bit, as backend/cuda is) trains a 16-bit policy as the cpu
+ * backend does, and refuses a policy with a number format in its descriptor, in an
+ * overridden dtype or in one parameter's GEMMs before anything runs: in mpx check, in
+ * mpx run (which leaves no run folder), and in mpx plugins --compat, whose table then says
+ * "no" where a run would refuse. The cpu backend itself accepts each of them. */
+Test(abi_minor, a_backend_without_formats_refuses_8bit_policies_before_they_run, .timeout = 240)
+{
+    char *tmp = ts_tmpdir("noformats"), out[65536];
+    const char *const be[2] = { "cpu", "cpu-noformats" };
+    expect_same_runs("configs/toy.cfg", tmp, 10, "backend.plugin", be,
+                     "-s 'precision.plugin=\"bf16-master\"' -s 'optimizer.plugin=\"adam\"'");
+    static const struct { const char *opts, *want; } refused[] = {
+        { "-s 'precision.plugin=\"fp8-delayed\"'",
+          "precision/fp8-delayed: a number format in its dtypes (weights = fp8-e4m3, gemm_in = fp8-e4m3, act = "
+          "fp8-e4m3, grads = fp8-e5m2, comm = fp8-e5m2, grad_gemm_in = fp8-e5m2), and backend/cpu-noformats runs none "
+          "(its op table lacks MPX_OPS_FORMATS)" },
+        { "-s 'precision.plugin=\"mxfp8\"'", "precision/mxfp8: a number format in its dtypes (" },
+        { "-s 'precision.plugin=\"bf16-master\"' -s 'precision.opt_state=\"fp8-e4m3\"'",
+          "precision/bf16-master: a number format in its dtypes (opt_state = fp8-e4m3, opt_state_sq = fp8-e4m3), and "
+          "backend/cpu-noformats runs none" },
+        { "-s 'precision.plugin=\"param-fp8-test\"'", "precision/param-fp8-test: the forward GEMMs of " },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *bk[2] = { "cpu-noformats", "cpu" };
+        for (int b = 0; b < 2; b++) {
+            int rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/toy.cfg --plugin-dir build/test-plugins "
+                           "-s 'backend.plugin=\"%s\"' %s 2>&1", bk[b], refused[i].opts);
+            if (b == 0) {
+                cr_expect_neq(rc, 0, "%s accepted %s: %s", bk[b], refused[i].opts, out);
+                cr_expect(strstr(out, refused[i].want) != NULL, "mpx check %s: %s", refused[i].opts, out);
+            } else {
+                cr_expect(strstr(out, "runs none") == NULL, "backend/cpu refuses %s: %s", refused[i].opts, out);
+            }
+        }
+        int rc = ts_sh(out, sizeof out, "build/bin/mpx run configs/toy.cfg --plugin-dir build/test-plugins "
+                       "-s 'backend.plugin=\"cpu-noformats\"' %s --out %s/refused-%zu 2>&1", refused[i].opts, tmp, i);
+        cr_expect_neq(rc, 0, "mpx run accepted %s: %s", refused[i].opts, out);
+        cr_expect(strstr(out, refused[i].want) != NULL, "mpx run %s: %s", refused[i].opts, out);
+        /* the policy's dtypes are refused before the run folder exists; a parameter's GEMM
+         * dtypes once the model is created, in a failed record that says why */
+        if (i < 3)
+            cr_expect_neq(ts_sh(NULL, 0, "test -e %s/refused-%zu", tmp, i), 0, "mpx run %s left a run folder",
+                          refused[i].opts);
+        else
+            cr_expect_eq(ts_sh(NULL, 0, "grep -q '\"status\": \"failed\"' %s/refused-%zu/run.json && "
+                               "grep -q 'the forward GEMMs of ' %s/refused-%zu/run.json", tmp, i, tmp, i), 0,
+                         "mpx run %s: no failed record with the reason", refused[i].opts);
+    }
+    /* a sweep records the cell as skipped, with the reason, and runs the others */
+    char cfg[700], root[PATH_MAX];
+    cr_assert(realpath(".", root));
+    snprintf(cfg, sizeof cfg, "%s/s.cfg", tmp);
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    fprintf(f, "name = \"nf\";\nbase = \"%s/configs/toy.cfg\";\nset = (\"run.output_dir=\\\"%s/sw\\\"\", "
+            "\"train.max_steps=3\", \"backend.plugin=\\\"cpu-noformats\\\"\");\naxes = ( { key = \"precision.plugin\"; "
+            "values = (\"bf16-master\", \"fp8-delayed\"); } );\n", root, tmp);
+    fclose(f);
+    cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --plugin-dir build/test-plugins 2>&1", cfg), 0, "%s", out);
+    cr_expect(strstr(out, "1 finished, 1 skipped, 0 failed") && strstr(out, "fp8-delayed: skipped: precision/fp8-delayed: "
+              "a number format in its dtypes"), "%s", out);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plugins --compat --plugin-dir build/test-plugins 2>&1"), 0, "%s",
+                 out);
+    cr_expect(strstr(out, "precision/fp8-delayed + backend/cpu-noformats: precision/fp8-delayed: a number format in "
+                          "its dtypes (weights = fp8-e4m3") != NULL, "%s", out);
+    cr_expect(strstr(out, "precision/mxfp8 + backend/cpu-noformats: ") != NULL, "%s", out);
+    cr_expect(strstr(out, "precision/fp32 + backend/cpu-noformats") == NULL, "%s", out);
+    cr_expect(strstr(out, "precision/fp8-delayed + backend/cpu: ") == NULL, "%s", out);
+    /* where nvcc built backend/cuda, the table says what its run would do */
+    if (strstr(out, " cuda |"))
+        cr_expect(strstr(out, "precision/fp8-delayed + backend/cuda: precision/fp8-delayed: a number format in its "
+                              "dtypes (weights = fp8-e4m3") != NULL && strstr(out, "and backend/cuda runs none"),
+                  "%s", out);
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }

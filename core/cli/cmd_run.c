@@ -313,7 +313,8 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     /* Before the record exists, errors go to stderr only. */
     if (mpx_session_configure(&s, c.config, c.overrides, c.n_overrides, err, sizeof err) ||
-        mpx_session_check_compat(&s, err, sizeof err) || run_dir(&s, c.out_dir, train, dir, sizeof dir)) {
+        mpx_session_check_compat(&s, err, sizeof err) || mpx_session_precision(&s, err, sizeof err) ||
+        run_dir(&s, c.out_dir, train, dir, sizeof dir)) {
         fprintf(stderr, "mpx %s: %s\n", what, err[0] ? err : "run.output_dir/run.name too long");
         mpx_session_close(&s);
         return 1;
@@ -331,7 +332,7 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     /* a checkpoint that cannot be this run's is refused before the ranks start and the
      * record is opened: run.json, metrics.csv and the checkpoint stay as they were */
-    if (from && (mpx_session_precision(&s, err, sizeof err) || mpx_train_state_precheck(from, dir, &s, err, sizeof err))) {
+    if (from && mpx_train_state_precheck(from, dir, &s, err, sizeof err)) {
         fprintf(stderr, "mpx %s: --resume: %s (nothing in %s was changed)\n", what, err, dir);
         mpx_session_close(&s);
         return 1;

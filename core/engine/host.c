@@ -282,6 +282,14 @@ void mpx_session_gemm_in_reset(mpx_session *s)
         s->gemm_in[g] = (struct mpx_gemm_in_group){ .scale_min = NAN, .scale_max = NAN };
 }
 
+int mpx_session_backend_formats(const mpx_session *s)
+{
+    const mpx_plugin_rec *b = s->inst[MPX_KIND_BACKEND].rec;
+    const mpx_ops *o = b ? b->vt.backend.ops : NULL;
+    if (!b || b->desc.abi_minor < 15 || !o || !MPX_OPS_HAS(o, flags)) return 1;
+    return (o->flags & MPX_OPS_FORMATS) != 0;
+}
+
 /* The per-parameter GEMM dtypes: the descriptor's, then the policy's param_gemm hook. */
 int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen)
 {
@@ -307,6 +315,15 @@ int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen)
             free(t);
             return -1;
         }
+        for (int b = 0; b < 2; b++)
+            if (mpx_dtype_is_format(t[2 * i + b]) && !mpx_session_backend_formats(s)) {
+                snprintf(err, errlen, "%s: the %s GEMMs of %s compute in %s, a number format, and %s runs none (its op "
+                         "table lacks MPX_OPS_FORMATS): run it on a backend that does (backend/cpu)", p->env.label,
+                         b ? "backward" : "forward", m->rec->vt.model.param(m->self, i)->name,
+                         mpx_dtype_label(&s->fmts, t[2 * i + b]), s->inst[MPX_KIND_BACKEND].env.label);
+                free(t);
+                return -1;
+            }
     }
     s->param_gemm = t;
     return 0;

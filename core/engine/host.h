@@ -16,6 +16,9 @@ void *mpx_session_alloc(mpx_session *s, mpx_role role, size_t bytes, const char 
 const char *mpx_session_error(mpx_session *s, mpx_kind kind, char *buf, size_t len);
 
 /* Build s->param_gemm (ABI 1.3) once the model exists; 0 or -1 with err. */
+/* Whether the selected backend runs the number formats (MPX_OPS_FORMATS; a backend built
+ * before ABI 1.15 is taken to). */
+int mpx_session_backend_formats(const mpx_session *s);
 int mpx_session_param_gemm(mpx_session *s, char *err, size_t errlen);
 
 /* A name for the tensor at `p` (a parameter's name, or the buffer holding it). */

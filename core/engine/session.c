@@ -142,6 +142,13 @@ int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
         append(err, errlen, "zero.deepspeed_bf16_reduce = \"lp-grads\" emulates DeepSpeed's BF16_Optimizer, which "
                "runs without ZeRO or at stage 1; zero/%s reduces the gradients it steps on (DeepSpeed's ZeRO "
                "optimizer)%s%s\n", zn, "", "");
+    /* a policy with a number format on a backend without them (ABI 1.15); a policy that
+     * cannot describe itself here is left to mpx_session_precision's own message */
+    if (!err[0] && !mpx_session_backend_formats(s)) {
+        char why[1024];
+        if (mpx_session_precision(s, why, sizeof why) == 0 && mpx_session_format_refused(s, why, sizeof why))
+            append(err, errlen, "%s%s%s\n", why, "", "");
+    }
     size_t n = strlen(err);
     if (n && err[n - 1] == '\n') err[n - 1] = 0;
     return n ? -1 : 0;
@@ -152,6 +159,29 @@ int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen)
     do {                                                                          \
         if ((call) != 0) { mpx_session_error(s, kind, err, errlen); return -1; }   \
     } while (0)
+
+int mpx_session_format_refused(mpx_session *s, char *err, size_t errlen)
+{
+    if (mpx_session_backend_formats(s)) return 0;
+    const mpx_precision_desc *d = &s->prec;
+    const struct { const char *field; mpx_dtype t; } used[] = {
+        { "weights", d->weights }, { "gemm_in", d->gemm_in }, { "act", d->act }, { "grads", d->grads },
+        { "grad_acc", d->grad_acc }, { "master", d->master }, { "opt_state", mpx_opt_state_dtype(d, 0) },
+        { "opt_state_sq", mpx_opt_state_dtype(d, 1) }, { "comm", d->comm }, { "eval_logits", d->eval_logits },
+        { "grad_gemm_in", mpx_grad_gemm_dtype(d) },
+    };
+    char list[512] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < MPX_COUNT(used) && len < sizeof list; i++)
+        if (mpx_dtype_is_format(used[i].t))
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s = %s", len ? ", " : "", used[i].field,
+                                    mpx_dtype_label(&s->fmts, used[i].t));
+    if (!len) return 0;
+    snprintf(err, errlen, "%s: a number format in its dtypes (%s), and %s runs none (its op table lacks "
+             "MPX_OPS_FORMATS): run it on a backend that does (backend/cpu), or with fp32, fp16 or bf16 there",
+             s->inst[MPX_KIND_PRECISION].env.label, list, s->inst[MPX_KIND_BACKEND].env.label);
+    return -1;
+}
 
 int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
 {
@@ -254,6 +284,8 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
     mpx_instance *m = &s->inst[MPX_KIND_MODEL];
     if (s->stage >= 3 && mpx_wgather_model_refuses(s, err, errlen)) return -1;
     START(MPX_KIND_MODEL, m->rec->vt.model.create(&m->env.pub, &m->self));
+    /* a policy's per-parameter GEMM dtypes, checked against a backend without the formats */
+    if (!mpx_session_backend_formats(s) && mpx_session_param_gemm(s, err, errlen)) return -1;
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     START(MPX_KIND_OPTIMIZER, o->rec->vt.optimizer.create(&o->env.pub, &o->self));
     return 0;

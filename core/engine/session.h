@@ -20,12 +20,16 @@ int mpx_session_configure(mpx_session *s, const char *path, const char *const *o
  * that another configuration can be checked (mpx sweep's planner, mpx plugins --compat). */
 void mpx_session_unconfigure(mpx_session *s);
 
-/* Check the selected plugins exist and may be combined (declared incompatibilities and
- * check callbacks). Returns 0, or non-zero with every reason in err. */
+/* Check the selected plugins exist and may be combined (declared incompatibilities, check
+ * callbacks, and a policy's number formats against a backend without them). Returns 0,
+ * or non-zero with every reason in err. */
 int mpx_session_check_compat(mpx_session *s, char *err, size_t errlen);
 
 /* The effective precision descriptor: the policy's defaults, then the core's keys. */
 int mpx_session_precision(mpx_session *s, char *err, size_t errlen);
+/* Non-zero, with the reason in err, when the policy's descriptor (s->prec) puts a number
+ * format in any dtype and the backend runs none. mpx_session_check_compat calls it. */
+int mpx_session_format_refused(mpx_session *s, char *err, size_t errlen);
 
 /* Instantiate backend, precision (+ core overrides), comm, zero, model, optimizer. */
 int mpx_session_start(mpx_session *s, char *err, size_t errlen);

@@ -45,8 +45,10 @@
  *  1.13 mpx_ops.gemm_bias (optional, mpx/ops.h): a linear layer's GEMM and its bias add
  *       in one op, bit for bit gemm then bias_add;
  *  1.14 mpx_model_vtable.input_limit (optional, mpx/model.h): the bound of an input's
- *       values (input_ids below vocab_size), so a task refuses data past it when opened. */
-#define MPX_ABI_MINOR 14
+ *       values (input_ids below vocab_size), so a task refuses data past it when opened;
+ *  1.15 MPX_OPS_FORMATS in mpx_ops.flags (mpx/ops.h): whether a backend runs the number
+ *       formats, so a policy that needs them is refused before it runs. */
+#define MPX_ABI_MINOR 15
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

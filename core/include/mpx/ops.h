@@ -135,6 +135,13 @@ typedef struct mpx_fused_update {
 } mpx_fused_update;
 
 #define MPX_OPS_DEVICE_MEMORY 1u
+/* ABI 1.15: the backend's GEMMs compute in, and its buffers store, the number formats of
+ * ABI 1.2 (mpx/formats.h: fp8, fp6, fp4, MX and declared formats). A backend built
+ * against 1.15 or later without this bit is refused, before anything runs, with a policy
+ * that puts a format in any of its descriptor's dtypes or in a parameter's GEMM dtypes
+ * (`mpx check`, `mpx plugins --compat`); one built earlier is taken to have them (it
+ * refuses at the op). */
+#define MPX_OPS_FORMATS 2u
 
 typedef struct mpx_ops {
     uint32_t size;
@@ -228,7 +235,8 @@ typedef struct mpx_ops {
     /* ---- ABI 1.4 (read only when `size` covers them) ---- */
 
     /* MPX_OPS_* bits. MPX_OPS_DEVICE_MEMORY: backend memory is not host-addressable, so
-     * a plugin must not dereference backend pointers (optimizers use fused_update). */
+     * a plugin must not dereference backend pointers (optimizers use fused_update).
+     * MPX_OPS_FORMATS (ABI 1.15): the number formats run here (see its definition). */
     uint32_t flags;
 
     /* One optimizer piece on backend memory (see mpx_fused_update); NULL when the

@@ -233,6 +233,8 @@ static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
 
 /* Built with -DMPX_CPU_AS_ABI_1_0 (tests/plugins.mk: build/test-plugins/backend-cpu-abi10.so)
  * this backend declares ABI 1.0 and the 1.0 op table, which the core must still run. */
+/* With -DMPX_CPU_NO_FORMATS (build/test-plugins/backend-cpu-noformats.so) it declares no
+ * number formats (no MPX_OPS_FORMATS), as backend/cuda does, for the tests of the refusal. */
 #ifdef MPX_CPU_AS_ABI_1_0
 #define CPU_OPS_SIZE offsetof(mpx_ops, flags)
 #define CPU_NAME "cpu-abi10"
@@ -241,6 +243,13 @@ static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
 #define CPU_OPS_SIZE sizeof(mpx_ops)
 #define CPU_NAME "cpu"
 #define CPU_DESC_HEADER MPX_DESC_HEADER
+#endif
+#ifdef MPX_CPU_NO_FORMATS
+#undef CPU_NAME
+#define CPU_NAME "cpu-noformats"
+#define CPU_OPS_FLAGS 0u
+#else
+#define CPU_OPS_FLAGS MPX_OPS_FORMATS
 #endif
 
 static const mpx_ops cpu_ops = {
@@ -259,6 +268,9 @@ static const mpx_ops cpu_ops = {
     .cross_entropy = cpu_cross_entropy,
     .sum_squares = cpu_sum_squares, .count_nonfinite = cpu_count_nonfinite,
     .apply_update = cpu_apply_update,
+    /* ABI 1.4: host memory (no MPX_OPS_DEVICE_MEMORY), no fused_update; ABI 1.15: the
+     * formats run here */
+    .flags = CPU_OPS_FLAGS,
     /* ABI 1.10 (past CPU_OPS_SIZE, so unread, in the 1.0 build) */
     .softmax_dropout_fwd = cpu_softmax_dropout_fwd, .dropout_softmax_bwd = cpu_dropout_softmax_bwd,
     /* ABI 1.11 */

@@ -273,6 +273,7 @@ static const mpx_ops cuda_ops = {
     .cross_entropy = cuda_cross_entropy,
     .sum_squares = cuda_sum_squares, .count_nonfinite = cuda_count_nonfinite,
     .apply_update = cuda_apply_update,
+    /* no MPX_OPS_FORMATS (ABI 1.15): a policy with an 8-bit format is refused at check */
     .flags = MPX_OPS_DEVICE_MEMORY,
     .fused_update = cuda_fused_update,
 };
