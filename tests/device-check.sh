@@ -4,7 +4,8 @@
 # a failure — and time one training step per precision policy for a MiniLM-sized and a
 # bert-base-sized BERT (random weights) against the cuBLAS GEMM ceiling measured in the
 # same run (tests/bench_cuda_step.c), and runs compute-sanitizer's memcheck over the
-# suites and a tiny-BERT run per policy. Figures go to results/anchors/ (cuda_step.md,
+# suites and a tiny-BERT run per policy, and its racecheck and synccheck over the row
+# kernels. Figures go to results/anchors/ (cuda_step.md,
 # cuda_step.json, cuda_tests.txt, cuda_errors.tsv: each compared output's error against
 # its bound; cuda_tf32_check.txt: the fp32 GEMM cases failing with TF32 allowed, as they
 # must; cuda_memcheck.txt; cuda_bench.txt: the timing's whole output, with where the fp32
@@ -38,22 +39,10 @@ finish() {
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 jobs=$(nproc 2>/dev/null || echo 2)
-if [ "${MPX_DEVICE_PREBUILT:-0}" = 1 ]; then
-    # built elsewhere and unpacked from tests/device-pack.sh's pack: no make here
-    export LD_LIBRARY_PATH="$PWD/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    # OpenMPI's runtime (its components, PMIx, help files) for comm/nccl's bootstrap, from
-    # the pack's Debian packages where the machine has none: files added, none replaced
-    if [ ! -d /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 ] && ls .devcarry/debs/*.deb >/dev/null 2>&1; then
-        x=$(mktemp -d) && chmod 755 "$x"
-        for deb in .devcarry/debs/*.deb; do dpkg -x "$deb" "$x"; done
-        # tar keeps the machine's /lib -> usr/lib links, its directories' modes and every file
-        # already there
-        (cd "$x" && tar -cf - .) | (cd / && tar -xf - --skip-old-files --keep-directory-symlink) &&
-            say "OpenMPI runtime added from .devcarry/debs"
-        rm -rf "$x"
-    fi
-    say "prebuilt: $(cat build/git-commit.txt 2>/dev/null || echo '?'); no build"
-elif say "build (-j$jobs; nvcc runs one file at a time)"; ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
+# shellcheck source=tests/device-env.sh
+. tests/device-env.sh
+if [ "${MPX_DEVICE_PREBUILT:-0}" != 1 ] && say "build (-j$jobs; nvcc runs one file at a time)" &&
+    ! make -j"$jobs" all build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert \
         build/bench/bench_cuda_step >build/device-check-build.log 2>&1; then
     tail -30 build/device-check-build.log
     say "build failed (log: build/device-check-build.log)"
@@ -72,12 +61,14 @@ if grep -q '\[SKIP\]' "$dest/cuda_tests.txt"; then say "a CUDA suite skipped on 
 [ -f "$dest/cuda_errors.tsv" ] && sort -t$'\t' -k1,1gr -o "$dest/cuda_errors.tsv" "$dest/cuda_errors.tsv"
 
 # the fp32 bound has teeth: with TF32 allowed, cuBLAS's fp32 GEMMs round their inputs to
-# 10 bits and every fp32 GEMM case must fail (the rest of the suite passes)
+# 10 bits and the fp32 GEMM cases must fail (the rest of the suite passes)
 say "TF32 check (the fp32 GEMM cases must fail)"
 MPX_TEST_CUDA_OPTIONS="device = -1; tf32 = true;" build/tests/test_cuda_ops --filter 'cuda_gemm/*' --verbose \
     >build/device-check-logs/tf32.log 2>&1
-n32=$(grep -c 'fp32 x fp32 -> fp32, compute fp32: normalised error' build/device-check-logs/tf32.log)
-nother=$(grep 'normalised error' build/device-check-logs/tf32.log | grep -vc 'fp32 x fp32 -> fp32, compute fp32')
+# (any GEMM computing in fp32 may fail so, since its 16-bit outputs' bounds are near the
+# measured error too; those computing in fp16 or bf16 must not)
+n32=$(grep -c 'compute fp32: normalised error' build/device-check-logs/tf32.log)
+nother=$(grep 'normalised error' build/device-check-logs/tf32.log | grep -vc 'compute fp32: normalised error')
 echo "with tf32 = true: $n32 fp32 GEMM cases over the bound, $nother others" | tee "$dest/cuda_tf32_check.txt"
 grep 'normalised error' build/device-check-logs/tf32.log | sed 's/^\[----\] *//' >>"$dest/cuda_tf32_check.txt"
 [ "$n32" -gt 0 ] && [ "$nother" -eq 0 ] || { say "the TF32 check did not fail as it must"; rc=1; }
@@ -92,6 +83,13 @@ if [ -x "$cs" ]; then
         timeout 200 "$cs" --tool memcheck --target-processes all --error-exitcode 9 "$t" --jobs 1 \
             >>"$dest/cuda_memcheck.txt" 2>&1
         m=$?; echo "memcheck $(basename "$t"): exit $m" | tee -a "$dest/cuda_memcheck.txt"; [ $m -eq 0 ] || rc=1
+    done
+    # racecheck (shared-memory hazards) and synccheck (barriers) over the row kernels, the
+    # ones with shared memory and __syncthreads
+    for tool in racecheck synccheck; do
+        timeout 200 "$cs" --tool "$tool" --error-exitcode 9 build/tests/test_cuda_ops --filter 'cuda_rows/*' --jobs 1 \
+            >>"$dest/cuda_memcheck.txt" 2>&1
+        m=$?; echo "$tool test_cuda_ops cuda_rows: exit $m" | tee -a "$dest/cuda_memcheck.txt"; [ $m -eq 0 ] || rc=1
     done
     for pol in fp32 amp fp16-scaled bf16-master pure-bf16; do
         d=$(mktemp -d)

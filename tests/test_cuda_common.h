@@ -36,11 +36,17 @@ void pb_free(cuda_pair *p, pbuf *b);
 
 /* Both sides' values widened to double (malloc'd, 2 x n: cpu then cuda). */
 double *pb_fetch(cuda_pair *p, const pbuf *b);
-/* sum (cuda - cpu)^2 / sum cpu^2 (0 when both are all zero; non-finite values must sit
+/* sum (got - ref)^2 / sum ref^2 (0 when both are all zero; non-finite values must sit
  * at the same places with the same bits, else the error is infinite). */
+double nmse_host(const double *ref, const double *got, size_t n);
+/* nmse_host of the cuda side against the cpu side. */
 double pb_nmse(cuda_pair *p, const pbuf *b);
-/* The bound for an output of dtype t: 1e-9 fp32, 1e-6 fp16, 1e-5 bf16. */
+/* The bound for an output of dtype t of an op with exp, log or erf (the others must be
+ * bitwise the cpu backend's): 1e-12 fp32, 5e-10 fp16, 3e-8 bf16 (test_cuda_common.c
+ * says why). */
 double nmse_bound(mpx_dtype t);
+/* The bound for a GEMM's output of dtype `out` over k products (test_cuda_common.c). */
+double gemm_nmse_bound(mpx_dtype out, int k);
 /* With MPX_TEST_ERRLOG=FILE set, appends "error<TAB>bound<TAB>what" to FILE: the measured
  * margins under each bound, for the device check's record. */
 void errlog(const char *what, double e, double bound);

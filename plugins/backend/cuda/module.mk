@@ -37,6 +37,8 @@ $(BUILD)/tests/test_cuda_ops: $(BUILD)/plugins/backend-cpu.so
 $(eval $(call add_test,test_cuda_optim,tests/test_cuda_optim.c $(CUDA_TEST_COMMON)))
 $(BUILD)/tests/test_cuda_optim: $(BUILD)/plugins/backend-cpu.so $(addprefix $(BUILD)/plugins/optimizer-,adam.so adamw.so sgd.so lamb.so)
 $(eval $(call add_test,test_cuda_bert,tests/test_cuda_bert.c $(CUDA_TEST_COMMON) $(TEST_SHELL),))
+# The suites' bounds checked on the CPU (no device): what passes, and which faults fail.
+$(eval $(call add_test,test_cuda_bounds,tests/test_cuda_bounds.c $(CUDA_TEST_COMMON)))
 
 # The device check's timing (make device-check; tests/device-check.sh): links cudart and
 # cuBLAS itself for the GEMM ceiling, so it exists only where the backend does.
