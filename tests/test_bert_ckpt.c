@@ -159,6 +159,10 @@ Test(bert_ckpt, extra_tensors_in_f16_and_bf16_replace_the_head)
     cr_expect_eq(t.flat[t.off[hw + 1]], 1.0f);
     cr_expect_eq(t.flat[t.off[hw + 1] + 1], -2.0f);
     for (int i = 0; i < 128; i++) cr_expect_eq(t.flat[t.off[hw] + i], 0.15625f);
+    /* the record says the run starts from 16-bit weights (make device-study's bf16 MiniLM) */
+    cr_expect(strstr(th_last_note(), "head.safetensors: 2 of its 2 parameter tensors are stored in 16 bits (1 bf16, "
+                                     "1 fp16), widened exactly to fp32: the run starts from 16-bit-rounded weights"),
+              "note: %s", th_last_note());
     tb_free(&t);
 }
 

@@ -142,7 +142,7 @@ int bert_check_checkpoint(const bert *m)
 static int load_file(bert *m, st_file *sf, float *flat, const size_t *off, char *seen, int allow_ignored)
 {
     char name[256], ignored[512] = "";
-    size_t n_ignored = 0;
+    size_t n_ignored = 0, n_loaded = 0, n_16[2] = { 0, 0 }; /* F16, BF16 */
     for (size_t k = 0; k < sf->n; k++) {
         const st_tensor *t = &sf->t[k];
         canonical_name(t->name, name, sizeof name);
@@ -159,9 +159,17 @@ static int load_file(bert *m, st_file *sf, float *flat, const size_t *off, char 
         MPX_TRY(check_shape(m, sf, t, (size_t)i));
         MPX_TRY(st_read_f32(m->env, sf, t, flat + off[i]));
         seen[i] = 1;
+        n_loaded++;
+        if (t->dtype == ST_F16 || t->dtype == ST_BF16) n_16[t->dtype == ST_BF16]++;
     }
     if (n_ignored)
         m->env->host->note(m->env, "%s: ignored %zu tensors: %s", sf->path, n_ignored, ignored);
+    /* widened exactly, but a run from such a file starts from 16-bit-rounded weights,
+     * not the fp32 ones it may have been rounded from: the record says so */
+    if (n_16[0] || n_16[1])
+        m->env->host->note(m->env, "%s: %zu of its %zu parameter tensors are stored in 16 bits (%zu bf16, %zu fp16), "
+                           "widened exactly to fp32: the run starts from 16-bit-rounded weights", sf->path,
+                           n_16[0] + n_16[1], n_loaded, n_16[1], n_16[0]);
     return 0;
 }
 
