@@ -2,7 +2,8 @@
 # For a device machine that reaches no package registry (this workplace's: the CUDA
 # toolkit and a newer glibc, but none of .ci/run's packages): build here, then pack into
 # .devcarry/pack.tar.xz (ignored by git) what `make device-check` needs there —
-#   build/                the binaries and plugins built here (x86-64, glibc 2.36)
+#   build/                the binaries and plugins built here (x86-64, glibc 2.36), the
+#                         CUDA suites and bench_cuda_step
 #   .devcarry/lib/        the shared libraries they link that are not glibc's, the
 #                         compiler's or CUDA's (Criterion and its needs, libconfig,
 #                         jansson, utf8proc, OpenBLAS, OpenMPI's libraries)
@@ -25,8 +26,13 @@ make -j"$(nproc)" all build/tests/test_cuda_ops build/tests/test_cuda_optim buil
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/.devcarry/lib" "$stage/datasets/data"
-cp -a build "$stage/"
-rm -rf "$stage/build/obj" "$stage/build/lib"
+# only what device-check.sh and device-study.sh run (not the other suites, the fuzzers,
+# the objects): the pack and the study's data share the device machine's 64 MiB
+mkdir -p "$stage/build/tests" "$stage/build/bench"
+cp -a build/bin build/plugins "$stage/build/"
+cp -a build/tests/test_cuda_ops build/tests/test_cuda_optim build/tests/test_cuda_bert "$stage/build/tests/"
+cp -a build/bench/bench_cuda_step "$stage/build/bench/"
+[ -f build/git-commit.txt ] && cp build/git-commit.txt "$stage/build/"
 # every non-system library the built programs and plugins link, resolved through links
 for f in build/bin/* build/plugins/*.so build/tests/test_cuda_* build/bench/bench_cuda_step; do
     ldd "$f" 2>/dev/null | awk '$3 ~ /^\// { print $3 }'

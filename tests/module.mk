@@ -21,3 +21,5 @@ $(eval $(call add_test,test_fp8_policies,tests/test_fp8_policies.c,))
 $(BUILD)/tests/test_fp8_policies: $(BUILD)/test-plugins/abi10_bf16.so
 $(eval $(call add_test,test_update_window,tests/test_update_window.c $(TEST_SHELL),))
 $(eval $(call add_test,test_update_threads,tests/test_update_threads.c $(TEST_SHELL),))
+# make device-study's script, in its smoke mode on the cpu backend
+$(eval $(call add_test,test_device_study,tests/test_device_study.c $(TEST_SHELL),))

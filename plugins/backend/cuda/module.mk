@@ -49,6 +49,9 @@ $(BUILD)/bench/bench_cuda_step: $(BUILD)/obj/tests/bench_cuda_step.o $(BUILD)/ob
 	$(CC) -rdynamic -o $@ $(filter %.o,$^) $(BUILD)/lib/libmpx.a $(CUDA_LIBS) -lcublas -lcudart $(PKG_LIBS) -ldl -lm -lpthread
 endif
 
-.PHONY: device-check
+.PHONY: device-check device-study
 device-check:
 	@bash tests/device-check.sh
+# Protocol A's main cells on the GPU (tests/device-study.sh; results/bingbert-repro/gpu/)
+device-study:
+	@bash tests/device-study.sh
