@@ -42,7 +42,8 @@ static int add_run(plot *p, const char *dir, char *err, size_t errlen)
         p->c = grown;
         p->cap = cap;
     }
-    curve *c = &p->c[p->n];
+    /* counted at once: what a failure below leaves allocated is freed with the plot */
+    curve *c = &p->c[p->n++];
     memset(c, 0, sizeof *c);
     mpx_run_label(dir, rec, c->label, sizeof c->label);
     json_decref(rec);
@@ -61,7 +62,6 @@ static int add_run(plot *p, const char *dir, char *err, size_t errlen)
         free(steps);
         free(vals);
     }
-    p->n++;
     return 0;
 }
 
