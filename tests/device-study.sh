@@ -2,7 +2,7 @@
 # make device-study: protocol A's main cells on one NVIDIA GPU in one command
 # (results/bingbert-repro/gpu.cfg: fp32, fp16-scaled and bf16-master, seeds 1-3, on
 # backend/cuda), all nine at once (`mpx sweep --jobs 9`, one process each on the one
-# device), then their tables into results/bingbert-repro/gpu/tables.md and, when $OUT is
+# device; MPX_DEVICE_STUDY_JOBS changes it), then their tables into results/bingbert-repro/gpu/tables.md and, when $OUT is
 # set (the device machine's return folder), the records as $OUT/device-study.tar.gz.
 # Resumable: finished cells are kept, so a second call runs only what the first did not
 # finish. MPX_DEVICE_STUDY_LIMIT (seconds, default 420) bounds the sweep; progress
@@ -18,7 +18,7 @@
 #   tar xJf .devcarry/study.tar.xz && MPX_DEVICE_PREBUILT=1 bash tests/device-study.sh
 #
 # MPX_DEVICE_STUDY_SMOKE=1 runs the same steps on backend/cpu, 2 steps and 8 dev questions
-# a cell, into a temporary folder (from the fp32 checkpoint when there is no bf16 one):
+# a cell, 3 cells at a time, into a temporary folder (from the fp32 checkpoint when there is no bf16 one):
 # the script's own check without a GPU (make test runs it: tests/test_device_study.c).
 #
 # Not here: protocol B8 (issue 45's 8-rank cells on all of SQuAD). Its fp32 cell is 1 rank
@@ -84,6 +84,7 @@ fi
 cfg=results/bingbert-repro/gpu.cfg
 out_dir=results/bingbert-repro/gpu
 extra=()
+jobs=${MPX_DEVICE_STUDY_JOBS:-9}
 if [ "${MPX_DEVICE_STUDY_SMOKE:-0}" = 1 ]; then
     # the same sweep on the cpu backend, cut down, in a folder of its own
     smoke=$(mktemp -d)
@@ -95,6 +96,8 @@ if [ "${MPX_DEVICE_STUDY_SMOKE:-0}" = 1 ]; then
     cfg=$smoke/gpu.cfg
     out_dir=$smoke/gpu
     extra=(-s "run.output_dir=\"$smoke\"")
+    # three at a time: a cell parses all of SQuAD (under the sanitizers 1.7 GB a process)
+    jobs=${MPX_DEVICE_STUDY_JOBS:-3}
     say "smoke run on backend/cpu in $smoke, from $CKPT"
     # shellcheck source=tests/device-env.sh
     . tests/device-env.sh
@@ -113,8 +116,8 @@ for f in datasets/data/train-v1.1.json datasets/data/dev-v1.1.json "$CKPT/model.
     [ -f "$f" ] || { say "missing $f: see the head of tests/device-study.sh (pack, then unpack here)"; exit 1; }
 done
 
-say "sweep: 9 cells at once ($(basename "$cfg"))"
-timeout "${MPX_DEVICE_STUDY_LIMIT:-420}" build/bin/mpx sweep "$cfg" --jobs 9 "${extra[@]}" >build/device-study-sweep.log 2>&1 &
+say "sweep: 9 cells, $jobs at once ($(basename "$cfg"))"
+timeout "${MPX_DEVICE_STUDY_LIMIT:-420}" build/bin/mpx sweep "$cfg" --jobs "$jobs" "${extra[@]}" >build/device-study-sweep.log 2>&1 &
 pid=$!
 while kill -0 "$pid" 2>/dev/null; do
     sleep "${MPX_DEVICE_STUDY_EVERY:-30}"

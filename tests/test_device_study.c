@@ -1,8 +1,8 @@
 /* make device-study (tests/device-study.sh) is the one command a session lent a GPU runs,
  * with minutes to spare: it must not rot between such sessions. Its smoke mode runs the
- * same steps on backend/cpu, cut down (2 steps, 8 dev questions a cell): all nine cells of
- * results/bingbert-repro/gpu.cfg at once through `mpx sweep --jobs 9`, the progress lines,
- * and the tables from the records. Needs make data and make model (skipped, visibly,
+ * same steps on backend/cpu, cut down (2 steps, 8 dev questions a cell): the nine cells of
+ * results/bingbert-repro/gpu.cfg through `mpx sweep --jobs` (3 at a time here, 9 on the
+ * device), the progress lines, and the tables from the records. Needs make data and make model (skipped, visibly,
  * without them). */
 #include <criterion/criterion.h>
 #include <jansson.h>
