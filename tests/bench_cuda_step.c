@@ -10,6 +10,7 @@
  * the linear weights) + layers x 2 x B x S^2 x hidden, T = B x S.
  *
  *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]
+ *                   [--attention ops|per-example|batched]   (backend.cuda.attention)
  * (from the repository root) prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
  * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
  * without a ceiling: a check of this program on a machine without a GPU. --profile adds,
@@ -151,6 +152,7 @@ typedef struct result {
 } result;
 
 static const char *backend_name = "cuda";
+static const char *attention = "ops";   /* backend.cuda.attention (--attention) */
 
 static int write_cfg(const char *path, const char *ckpt, const char *prec, int batch)
 {
@@ -161,9 +163,9 @@ static int write_cfg(const char *path, const char *ckpt, const char *prec, int b
                "model = { plugin = \"bert-qa\"; checkpoint = \"%s\"; bert-qa = { random_init = true; }; };\n"
                "train = { batch_size = %d; gradient_clipping = 1.0; };\n"
                "precision = { plugin = \"%s\"; };\n"
-               "backend = { plugin = \"%s\"; };\n"
+               "backend = { plugin = \"%s\"; cuda = { attention = \"%s\"; }; };\n"
                "optimizer = { plugin = \"adam\"; lr = 1e-4; adam = { weight_decay = 0.01; }; };\n",
-            ckpt, batch, prec, backend_name);
+            ckpt, batch, prec, backend_name, attention);
     return fclose(f);
 }
 
@@ -263,7 +265,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
         else if (!strcmp(argv[i], "--profile")) profile = 1;
-        else { fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]\n"); return 2; }
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile] "
+                    "[--attention ops|per-example|batched]\n");
+            return 2;
+        }
     }
     if (steps < 1 || steps > MAX_STEPS || batch < 1 || batch > MAX_BATCH) { fprintf(stderr, "bench_cuda_step: bad --steps/--batch\n"); return 2; }
     int count = 0, on_cuda = !strcmp(backend_name, "cuda");

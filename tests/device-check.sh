@@ -30,7 +30,7 @@ finish() {
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         # everything in one archive (the return folder takes few files): the figures and
         # each suite's whole Criterion output, for a failure's assertion text
-        tar -czf "$OUT"/device-check.tar.gz "$dest"/cuda_* build/device-check-logs 2>/dev/null
+        tar -czf "$OUT"/device-check.tar.gz "$dest"/cuda_* "$dest"/attention-batched build/device-check-logs 2>/dev/null
         cp -f "$dest"/cuda_step.md "$OUT"/ 2>/dev/null || true
     fi
     say "done (exit $1)"
@@ -138,5 +138,11 @@ fi
 
 say "step timing"
 timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" --profile | tee "$dest/cuda_bench.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# the same with the attention op issuing each attention GEMM as one batched call
+# (backend.cuda.attention = "batched"; cuda_attention.c)
+say "step timing, attention = batched"
+timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest/attention-batched" --attention batched --profile |
+    tee "$dest/cuda_bench_attention_batched.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 finish "$rc"

@@ -41,7 +41,8 @@ static int read_rows(const char *dir, row *r, int cap)
     return n;
 }
 
-static void run_policy(const char *policy, double tol)
+/* `cuda_opts` (-s options) go to the cuda side only */
+static void run_policy_with(const char *policy, double tol, const char *cuda_opts)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);   /* skips without a device */
@@ -57,8 +58,8 @@ static void run_policy(const char *policy, double tol)
         char out[4096];
         int rc = ts_sh(out, sizeof out,
                        "build/bin/mpx run configs/tiny_squad.cfg -s train.max_steps=%d -s 'precision.plugin=\"%s\"' "
-                       "-s 'backend.plugin=\"%s\"' --out %s/side%d 2>&1",
-                       STEPS, policy, be[s], tmp, s);
+                       "-s 'backend.plugin=\"%s\"' %s --out %s/side%d 2>&1",
+                       STEPS, policy, be[s], s && strcmp(be[s], "cuda") == 0 ? cuda_opts : "", tmp, s);
         cr_assert_eq(rc, 0, "%s on %s: %s", policy, be[s], out);
         char dir[512];
         snprintf(dir, sizeof dir, "%s/side%d", tmp, s);
@@ -67,7 +68,8 @@ static void run_policy(const char *policy, double tol)
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss);
         char what[96];
-        snprintf(what, sizeof what, "tiny-BERT %s step %d loss (relative)", policy, i);
+        snprintf(what, sizeof what, "tiny-BERT %s%s step %d loss (relative)", policy, *cuda_opts ? " (attention op)" : "",
+                 i);
         errlog(what, rel, tol);
         cr_expect(rel <= tol, "%s step %d: loss cpu %.9g cuda %.9g (relative %.3g > %.3g)", policy, i, r[0][i].loss,
                   r[1][i].loss, rel, tol);
@@ -77,8 +79,23 @@ static void run_policy(const char *policy, double tol)
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }
 
+static void run_policy(const char *policy, double tol) { run_policy_with(policy, tol, ""); }
+
 Test(cuda_bert, fp32_step_matches_cpu, .timeout = 120) { run_policy("fp32", 1e-4); }
 Test(cuda_bert, amp_step_matches_cpu, .timeout = 120) { run_policy("amp", 2e-2); }
 Test(cuda_bert, fp16_scaled_step_matches_cpu, .timeout = 120) { run_policy("fp16-scaled", 2e-2); }
 Test(cuda_bert, bf16_master_step_matches_cpu, .timeout = 120) { run_policy("bf16-master", 2e-2); }
 Test(cuda_bert, pure_bf16_step_matches_cpu, .timeout = 120) { run_policy("pure-bf16", 2e-2); }
+/* backend.cuda.attention: the attention op (ABI 1.11) in the model's run, as issued
+ * per example and batched over every example and head (cuda_attention.c) */
+#define ATTN(mode) "-s 'backend.cuda.attention=\"" mode "\"'"
+Test(cuda_bert, fp32_step_with_the_per_example_attention_op, .timeout = 120)
+{
+    run_policy_with("fp32", 1e-4, ATTN("per-example"));
+}
+Test(cuda_bert, fp32_step_with_the_batched_attention_op, .timeout = 120) { run_policy_with("fp32", 1e-4, ATTN("batched")); }
+Test(cuda_bert, bf16_master_step_with_the_batched_attention_op, .timeout = 120)
+{
+    run_policy_with("bf16-master", 2e-2, ATTN("batched"));
+}
+Test(cuda_bert, amp_step_with_the_batched_attention_op, .timeout = 120) { run_policy_with("amp", 2e-2, ATTN("batched")); }

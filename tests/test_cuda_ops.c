@@ -404,3 +404,145 @@ Test(cuda_misc, sum_squares_and_count_nonfinite)
     }
     cuda_pair_close(&p);
 }
+
+/* ---- the attention op (ABI 1.11), backend.cuda.attention = "per-example" or "batched" ---- */
+
+typedef struct attn_case { mpx_dtype act, sm, compute; float p; int masked; } attn_case;
+
+/* The policies' dtypes: fp32 with and without dropout, bf16-master (bf16 everywhere),
+ * amp (fp16 activations and GEMMs, fp32 probabilities, no mask). */
+static const attn_case ATTN_CASES[] = {
+    { MPX_F32, MPX_F32, MPX_F32, 0.0f, 1 }, { MPX_F32, MPX_F32, MPX_F32, 0.1f, 1 },
+    { MPX_BF16, MPX_BF16, MPX_BF16, 0.1f, 1 }, { MPX_F16, MPX_F32, MPX_F16, 0.1f, 0 },
+};
+enum { AB = 3, ANH = 4, AS = 37, AD = 16, ALD = ANH * AD + 8 };   /* an odd seq, rows wider than the heads */
+
+/* Two GEMMs and a softmax deep: the bound of a GEMM over seq products, 10 times over. */
+static void expect_attn(cuda_pair *p, const pbuf *b, const char *what, const char *mode)
+{
+    double e = pb_nmse(p, b), bound = 10.0 * gemm_nmse_bound(b->a[0].t, AS);
+    char line[200];
+    snprintf(line, sizeof line, "attention %s %s (%s, %zu elements)", mode, what, mpx_dtype_name(b->a[0].t), b->n);
+    errlog(line, e, bound);
+    cr_expect(e <= bound, "%s: normalised error %.3g > %.3g", line, e, bound);
+}
+
+static mpx_attention attn_args(const attn_case *c, int s, pbuf *q, pbuf *k, pbuf *v, pbuf *ctx, pbuf *mask,
+                               pbuf *probs)
+{
+    mpx_attention a = { .size = sizeof a, .batch = AB, .heads = ANH, .seq = AS, .head_dim = AD, .ld = ALD,
+                        .q = q->a[s], .k = k->a[s], .v = v->a[s], .ctx = ctx->a[s],
+                        .mask = c->masked ? mask->a[s] : mpx_a(NULL, MPX_F32), .probs = probs->a[s],
+                        .scores_t = c->act, .ds_t = c->act, .compute = c->compute, .scale = 0.25f, .p = c->p,
+                        .rng = { 1234, 7, 3, 5 } };
+    return a;
+}
+
+static void attention_against_cpu(const char *mode)
+{
+    char opts[128];
+    snprintf(opts, sizeof opts, "device = -1; tf32 = false; attention = \"%s\";", mode);
+    cuda_pair p;
+    cuda_pair_open(&p, opts);
+    cr_assert(MPX_OPS_HAS(p.side[1].ops, attention_bwd) && p.side[1].ops->attention_fwd &&
+              p.side[1].ops->attention_bwd, "attention = \"%s\" but the instance has no attention op", mode);
+    const size_t span = (size_t)AB * AS * ALD, np = (size_t)AB * ANH * AS * AS;
+    for (size_t ci = 0; ci < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; ci++) {
+        const attn_case *c = &ATTN_CASES[ci];
+        pbuf q = pb_random(&p, c->act, span, 200, -1, 1), k = pb_random(&p, c->act, span, 201, -1, 1);
+        pbuf v = pb_random(&p, c->act, span, 202, -1, 1), ctx = pb_zero(&p, c->act, span);
+        pbuf mask = pb_zero(&p, MPX_F32, (size_t)AB * AS), probs = pb_zero(&p, c->sm, np);
+        for (int b = 0; b < AB; b++)   /* the last 5 + b keys of example b are padding */
+            for (int s = AS - 5 - b; s < AS; s++) pb_poke(&p, &mask, (size_t)b * AS + (size_t)s, -10000.0f);
+        mpx_attention a[2];
+        for (int s = 0; s < 2; s++) a[s] = attn_args(c, s, &q, &k, &v, &ctx, &mask, &probs);
+        ON_BOTH(&p, O->attention_fwd(BE, &a[s_]));
+        expect_attn(&p, &probs, "fwd probs", mode);
+        expect_attn(&p, &ctx, "fwd ctx", mode);
+        pbuf dctx = pb_random(&p, c->act, span, 203, -1, 1), dq = pb_zero(&p, c->act, span);
+        pbuf dk = pb_zero(&p, c->act, span), dv = pb_zero(&p, c->act, span);
+        for (int s = 0; s < 2; s++) a[s].dctx = dctx.a[s], a[s].dq = dq.a[s], a[s].dk = dk.a[s], a[s].dv = dv.a[s];
+        ON_BOTH(&p, O->attention_bwd(BE, &a[s_]));
+        expect_attn(&p, &dq, "bwd dq", mode);
+        expect_attn(&p, &dk, "bwd dk", mode);
+        expect_attn(&p, &dv, "bwd dv", mode);
+        /* an evaluation forward keeps no probabilities: the same context at p = 0 */
+        pbuf ctx0 = pb_zero(&p, c->act, span);
+        for (int s = 0; s < 2; s++) a[s].ctx = ctx0.a[s], a[s].probs = mpx_a(NULL, c->sm), a[s].p = 0.0f;
+        ON_BOTH(&p, O->attention_fwd(BE, &a[s_]));
+        expect_attn(&p, &ctx0, "eval fwd ctx", mode);
+        pbuf *all[] = { &q, &k, &v, &ctx, &mask, &probs, &dctx, &dq, &dk, &dv, &ctx0 };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pb_free(&p, all[i]);
+    }
+    cuda_pair_close(&p);
+}
+
+Test(cuda_attention, per_example_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("per-example"); }
+Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("batched"); }
+
+/* The contract (mpx/ops.h): the op is bit for bit the ops it stands for on the same
+ * backend. With "per-example" the cuda op must equal, on the device, the model's calls
+ * without it: the gemm op per example over its heads, softmax_fwd, dropout_fwd. */
+Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, "device = -1; tf32 = false; attention = \"per-example\";");
+    cuda_side *g = &p.side[1];
+    const size_t span = (size_t)AB * AS * ALD, np = (size_t)AB * ANH * AS * AS, SS = (size_t)AS * AS;
+    for (size_t ci = 0; ci < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; ci++) {
+        const attn_case *c = &ATTN_CASES[ci];
+        pbuf q = pb_random(&p, c->act, span, 210, -1, 1), k = pb_random(&p, c->act, span, 211, -1, 1);
+        pbuf v = pb_random(&p, c->act, span, 212, -1, 1), ctx = pb_zero(&p, c->act, span);
+        pbuf ctx2 = pb_zero(&p, c->act, span), mask = pb_zero(&p, MPX_F32, (size_t)AB * AS);
+        pbuf probs = pb_zero(&p, c->sm, np), probs2 = pb_zero(&p, c->sm, np);
+        pbuf sc = pb_zero(&p, c->act, np), pd = pb_zero(&p, c->sm, np);
+        pb_poke(&p, &mask, 3, -10000.0f);
+        mpx_attention a = attn_args(c, 1, &q, &k, &v, &ctx, &mask, &probs);
+        cr_assert_eq(g->ops->attention_fwd(g->be, &a), 0, "%s", th_error(th_backend_env(g->env)));
+        /* the same on the device, one op at a time (bert_forward.c without the op) */
+        for (int b = 0; b < AB; b++) {
+            mpx_gemm m = { .trans_a = 0, .trans_b = 1, .m = AS, .n = AS, .k = AD, .alpha = a.scale,
+                           .a = mpx_at(q.a[1], (size_t)b * AS * ALD), .lda = ALD, .stride_a = AD,
+                           .b = mpx_at(k.a[1], (size_t)b * AS * ALD), .ldb = ALD, .stride_b = AD,
+                           .c = mpx_at(sc.a[1], (size_t)b * ANH * SS), .ldc = AS, .stride_c = (long long)SS,
+                           .batch = ANH, .compute = c->compute };
+            cr_assert_eq(g->ops->gemm(g->be, &m), 0);
+        }
+        cr_assert_eq(g->ops->softmax_fwd(g->be, sc.a[1], a.mask, probs2.a[1], AB, ANH, AS, AS, 1.0f), 0);
+        mpx_arg used = probs2.a[1];
+        if (c->p > 0.0f) {
+            cr_assert_eq(g->ops->dropout_fwd(g->be, probs2.a[1], pd.a[1], np, c->p, a.rng), 0);
+            used = pd.a[1];
+        }
+        for (int b = 0; b < AB; b++) {
+            mpx_gemm m = { .trans_a = 0, .trans_b = 0, .m = AS, .n = AD, .k = AS, .alpha = 1.0f,
+                           .a = mpx_at(used, (size_t)b * ANH * SS), .lda = AS, .stride_a = (long long)SS,
+                           .b = mpx_at(v.a[1], (size_t)b * AS * ALD), .ldb = ALD, .stride_b = AD,
+                           .c = mpx_at(ctx2.a[1], (size_t)b * AS * ALD), .ldc = ALD, .stride_c = AD,
+                           .batch = ANH, .compute = c->compute };
+            cr_assert_eq(g->ops->gemm(g->be, &m), 0);
+        }
+        double *x = pb_fetch(&p, &ctx), *y = pb_fetch(&p, &ctx2), *px = pb_fetch(&p, &probs), *py = pb_fetch(&p, &probs2);
+        cr_expect(memcmp(x + span, y + span, span * sizeof *x) == 0, "case %zu: the op's context is not the ops'", ci);
+        cr_expect(memcmp(px + np, py + np, np * sizeof *px) == 0, "case %zu: the op's probabilities are not the ops'",
+                  ci);
+        free(x);
+        free(y);
+        free(px);
+        free(py);
+        pbuf *all[] = { &q, &k, &v, &ctx, &ctx2, &mask, &probs, &probs2, &sc, &pd };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pb_free(&p, all[i]);
+    }
+    cuda_pair_close(&p);
+}
+
+/* "ops" (the default) leaves the instance without the op: the model runs the ops. */
+Test(cuda_attention, the_default_instance_has_no_attention_op)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const mpx_ops *o = p.side[1].ops;
+    if (getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO")) cr_skip_test("self-check: the cpu backend has one");
+    cr_expect(!MPX_OPS_HAS(o, attention_fwd) || (!o->attention_fwd && !o->attention_bwd));
+    cuda_pair_close(&p);
+}

@@ -253,7 +253,13 @@ int mpx_session_start_backend(mpx_session *s, char *err, size_t errlen)
     mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
     START(MPX_KIND_BACKEND, b->rec->vt.backend.create(&b->env.pub, &b->self));
     s->be = b->self;
-    s->ops = b->rec->vt.backend.ops;
+    const mpx_backend_vtable *vt = &b->rec->vt.backend;
+    /* ABI 1.16: the instance's own table (the record's copy of a shorter vtable holds NULL) */
+    s->ops = vt->instance_ops ? vt->instance_ops(b->self) : vt->ops;
+    if (!s->ops) {
+        snprintf(err, errlen, "%s: instance_ops gave no op table", b->env.label);
+        return -1;
+    }
     return 0;
 }
 

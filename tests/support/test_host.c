@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <libconfig.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +332,10 @@ int th_use_backend(mpx_env *env, const char *path, const char *backend_options)
         e->be = NULL;
         return -1;
     }
-    e->ops = e->bv->ops;
+    /* ABI 1.16: the instance's own table where the backend has one (as the core takes it);
+     * a vtable shorter than the field has none */
+    e->ops = e->bv->size >= offsetof(mpx_backend_vtable, instance_ops) + sizeof e->bv->instance_ops &&
+             e->bv->instance_ops ? e->bv->instance_ops(e->be) : e->bv->ops;
     return 0; /* benv lives as long as env: the backend keeps it for its errors */
 }
 

@@ -47,8 +47,10 @@
  *  1.14 mpx_model_vtable.input_limit (optional, mpx/model.h): the bound of an input's
  *       values (input_ids below vocab_size), so a task refuses data past it when opened;
  *  1.15 MPX_OPS_FORMATS in mpx_ops.flags (mpx/ops.h): whether a backend runs the number
- *       formats, so a policy that needs them is refused before it runs. */
-#define MPX_ABI_MINOR 15
+ *       formats, so a policy that needs them is refused before it runs;
+ *  1.16 mpx_backend_vtable.instance_ops (optional, mpx/ops.h): an instance's own op
+ *       table, so that a backend's options can switch its optional ops. */
+#define MPX_ABI_MINOR 16
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -292,6 +292,11 @@ typedef struct mpx_backend_vtable {
     const mpx_ops *ops;
     /* A line describing the device/threads, for run records. */
     const char *(*describe)(void *be);
+    /* ABI 1.16 (optional; NULL, or a backend built before 1.16: `ops`). The op table of
+     * this instance, for a backend whose options switch optional ops on or off (the cuda
+     * backend's `attention`). Its required ops and `flags` must be those of `ops`, which
+     * the core reads before any instance exists (mpx check, mpx plugins --compat). */
+    const mpx_ops *(*instance_ops)(void *be);
 } mpx_backend_vtable;
 
 #endif

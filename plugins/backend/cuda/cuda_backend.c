@@ -19,6 +19,12 @@ static const mpx_option cuda_options[] = {
       .help = "CUDA device index; -1 = the process's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID, the first one set) modulo the device count, else 0" },
     { .key = "tf32", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
       .help = "let fp32 GEMMs round their inputs to TF32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off, fp32 GEMMs are full fp32" },
+    { .key = "attention", .type = MPX_OPT_CHOICE, .def = "\"ops\"", .min = 1, .max = 0,
+      .choices = "ops|per-example|batched",
+      .help = "self-attention: \"ops\" = no attention op, the model runs its GEMMs (one strided-batched call per "
+              "example) and row ops one by one; \"per-example\" = the attention op (ABI 1.11) issuing those same "
+              "calls; \"batched\" = the attention op with one cublasGemmBatchedEx call per GEMM over every example "
+              "and head (other cuBLAS kernels: GEMM sums in another order). Not yet run on a GPU: see docs/CUDA.md" },
 };
 
 int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what)
@@ -109,6 +115,7 @@ static int open_cublas(cuda_be *be)
         { (void **)&be->api.status_string, "cublasGetStatusString" },
         { (void **)&be->api.gemm_ex, "cublasGemmEx" },
         { (void **)&be->api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx" },
+        { (void **)&be->api.gemm_batched_ex, "cublasGemmBatchedEx" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(be->api.lib, syms[i].name);
@@ -141,12 +148,16 @@ static int local_rank(void)
     return 0;
 }
 
+static const mpx_ops cuda_ops;   /* the op table, below: every instance starts from it */
+
 static int cuda_create(mpx_env *env, void **out)
 {
     int64_t device = -1;
     int tf32 = 0;
+    const char *attention = "ops";
     MPX_TRY(env->host->opt_int(env, "device", &device));
     MPX_TRY(env->host->opt_bool(env, "tf32", &tf32));
+    MPX_TRY(env->host->opt_string(env, "attention", &attention));
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -162,6 +173,13 @@ static int cuda_create(mpx_env *env, void **out)
     be->env = env;
     be->device = (int)device;
     be->tf32 = tf32;
+    be->attention = !strcmp(attention, "batched") ? CUDA_ATTN_BATCHED
+                    : !strcmp(attention, "per-example") ? CUDA_ATTN_PER_EXAMPLE : CUDA_ATTN_OPS;
+    be->ops = cuda_ops;
+    if (be->attention != CUDA_ATTN_OPS) {
+        be->ops.attention_fwd = cuda_attention_fwd;
+        be->ops.attention_bwd = cuda_attention_bwd;
+    }
     struct cudaDeviceProp prop;
     /* A blocking stream: it orders with the legacy default stream, where comm/nccl runs. */
     if (cuda_rt_(be, cudaSetDevice(be->device), __FILE__, __LINE__, "cudaSetDevice") ||
@@ -187,9 +205,10 @@ static int cuda_create(mpx_env *env, void **out)
     int rt = 0, blas_v = 0;
     cudaRuntimeGetVersion(&rt);
     be->api.get_version(be->blas, &blas_v);
-    snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s",
-             be->device, prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
-             rt / 1000, (rt % 1000) / 10, blas_v, tf32 ? "on" : "off");
+    snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s, "
+             "attention %s", be->device, prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000, (rt % 1000) / 10, blas_v,
+             tf32 ? "on" : "off", attention);
     *out = be;
     return MPX_OK;
 }
@@ -278,12 +297,15 @@ static const mpx_ops cuda_ops = {
     .fused_update = cuda_fused_update,
 };
 
+static const mpx_ops *cuda_instance_ops(void *be) { return &((cuda_be *)be)->ops; }
+
 static const mpx_backend_vtable cuda_vtable = {
     .size = sizeof(mpx_backend_vtable),
     .create = cuda_create,
     .destroy = cuda_destroy,
     .ops = &cuda_ops,
     .describe = cuda_describe,
+    .instance_ops = cuda_instance_ops,   /* ABI 1.16: backend.cuda.attention */
 };
 
 static const mpx_plugin_desc cuda_desc = {

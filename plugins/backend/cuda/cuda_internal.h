@@ -44,12 +44,20 @@ typedef struct cuda_blas {
     CUDA_FN(cublasGetStatusString) status_string;
     CUDA_FN(cublasGemmEx) gemm_ex;
     CUDA_FN(cublasGemmStridedBatchedEx) gemm_strided_batched_ex;
+    CUDA_FN(cublasGemmBatchedEx) gemm_batched_ex;   /* the attention op's "batched" GEMMs */
 } cuda_blas;
 
-#define CUDA_WS_SLOTS 7   /* 0, 1, 6: GEMM operands; 2: column partials; 3: row results; 4: plans; 5: counters */
+/* backend.cuda.attention: whether the instance's op table has the attention op (ABI
+ * 1.11), and how its GEMMs are issued (cuda_attention.c) */
+enum { CUDA_ATTN_OPS = 0, CUDA_ATTN_PER_EXAMPLE = 1, CUDA_ATTN_BATCHED = 2 };
+
+/* 0, 1, 6: GEMM operands; 2: column partials; 3: row results; 4: plans; 5: counters;
+ * 7, 8: the attention op's [batch, heads, seq, seq] intermediates; 9: its pointer arrays */
+#define CUDA_WS_SLOTS 10
 typedef struct cuda_be {
     mpx_env *env;              /* for errors */
-    int device, tf32;
+    int device, tf32, attention;
+    mpx_ops ops;               /* this instance's op table (ABI 1.16 instance_ops) */
     cudaStream_t stream;
     cuda_blas api;             /* cuBLAS entry points */
     cublasHandle_t blas;
@@ -132,6 +140,14 @@ int cuda_count_nonfinite(void *be, mpx_arg x, size_t n, size_t *out);
 
 /* cuda_optim.cu (ABI 1.4) */
 int cuda_fused_update(void *be, mpx_fused_update *f);
+
+/* cuda_attention.c (ABI 1.11; in the instance's table unless backend.cuda.attention = "ops") */
+int cuda_attention_fwd(void *be, const mpx_attention *a);
+int cuda_attention_bwd(void *be, const mpx_attention *a);
+/* cuda_misc.cu: out[b * heads + h] = base + (b * per_example + h * per_head) bytes, on the
+ * device (the pointer arrays of cublasGemmBatchedEx, without a host copy) */
+int cuda_fill_pointers(cuda_be *be, void **out, const void *base, long long per_example, long long per_head,
+                       int batch, int heads);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
-/* Embedding gather / scatter-add and the reductions reported to the host (sum of
- * squares, count of non-finite values). The ids are read back to the host, checked
- * against the table and, for the scatter-add, grouped there exactly as the cpu backend
- * groups them: each table row adds its dy rows in position order and is rounded once,
- * so the result does not depend on scheduling (no atomics). */
+/* Embedding gather / scatter-add, the reductions reported to the host (sum of squares,
+ * count of non-finite values) and the attention op's pointer arrays. The ids are read
+ * back to the host, checked against the table and, for the scatter-add, grouped there
+ * exactly as the cpu backend groups them: each table row adds its dy rows in position
+ * order and is rounded once, so the result does not depend on scheduling (no atomics). */
 #include "cuda_device.cuh"
 
 #include <stdlib.h>
@@ -154,5 +154,27 @@ extern "C" int cuda_count_nonfinite(void *vbe, mpx_arg x, size_t n, size_t *out)
     CUDA_TRY(be, cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, be->stream), "count_nonfinite (to host)");
     CUDA_SYNC(be, "count_nonfinite");
     *out = (size_t)h;
+    return MPX_OK;
+}
+
+/* ---- the attention op's pointer arrays (cuda_attention.c) ---- */
+
+__global__ void k_fill_pointers(void **out, const char *base, long long per_example, long long per_head, int batch,
+                                int heads)
+{
+    GRID_STRIDE(i, (size_t)batch * (size_t)heads) {
+        long long b = (long long)(i / (size_t)heads), h = (long long)(i % (size_t)heads);
+        out[i] = (void *)(base + b * per_example + h * per_head);
+    }
+}
+
+extern "C" int cuda_fill_pointers(cuda_be *be, void **out, const void *base, long long per_example,
+                                  long long per_head, int batch, int heads)
+{
+    size_t n = (size_t)batch * (size_t)heads;
+    if (!n) return MPX_OK;
+    k_fill_pointers<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(out, (const char *)base, per_example, per_head,
+                                                                    batch, heads);
+    CUDA_LAUNCHED(be, "attention pointer arrays");
     return MPX_OK;
 }

@@ -13,7 +13,7 @@ NVCC_FLAGS := -std=c++17 -O3 --fmad=false $(CUDA_ARCH) -Icore/include \
               -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -DMPX_CUDA_LIB_DIR='"$(CUDA_HOME)/lib64"'
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-CUDA_BACKEND_SRCS := plugins/backend/cuda/cuda_backend.c plugins/backend/cuda/cuda_gemm.c
+CUDA_BACKEND_SRCS := plugins/backend/cuda/cuda_backend.c plugins/backend/cuda/cuda_gemm.c plugins/backend/cuda/cuda_attention.c
 CUDA_KERNEL_OBJS := $(addprefix $(BUILD)/obj/plugins/backend/cuda/,cuda_elementwise.o cuda_rows.o cuda_misc.o cuda_optim.o)
 # cuBLAS is opened at create (dlopen), not linked: see cuda_internal.h.
 $(eval $(call add_plugin,backend,cuda,$(CUDA_BACKEND_SRCS),$(CUDA_LIBS) -lcudart -lstdc++ -ldl))
