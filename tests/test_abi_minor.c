@@ -136,15 +136,13 @@ Test(abi_minor, a_backend_without_formats_refuses_8bit_policies_before_they_run,
                          "mpx run %s: no failed record with the reason", refused[i].opts);
     }
     /* a sweep records the cell as skipped, with the reason, and runs the others */
-    char cfg[700], root[PATH_MAX];
+    char cfg[700], root[PATH_MAX], text[2 * PATH_MAX + 512];
     cr_assert(realpath(".", root));
     snprintf(cfg, sizeof cfg, "%s/s.cfg", tmp);
-    FILE *f = fopen(cfg, "w");
-    cr_assert(f);
-    fprintf(f, "name = \"nf\";\nbase = \"%s/configs/toy.cfg\";\nset = (\"run.output_dir=\\\"%s/sw\\\"\", "
-            "\"train.max_steps=3\", \"backend.plugin=\\\"cpu-noformats\\\"\");\naxes = ( { key = \"precision.plugin\"; "
-            "values = (\"bf16-master\", \"fp8-delayed\"); } );\n", root, tmp);
-    fclose(f);
+    snprintf(text, sizeof text, "name = \"nf\";\nbase = \"%s/configs/toy.cfg\";\nset = (\"run.output_dir=\\\"%s/sw\\\"\", "
+             "\"train.max_steps=3\", \"backend.plugin=\\\"cpu-noformats\\\"\");\naxes = ( { key = \"precision.plugin\"; "
+             "values = (\"bf16-master\", \"fp8-delayed\"); } );\n", root, tmp);
+    ts_write_file(cfg, text);
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx sweep %s --plugin-dir build/test-plugins 2>&1", cfg), 0, "%s", out);
     cr_expect(strstr(out, "1 finished, 1 skipped, 0 failed") && strstr(out, "fp8-delayed: skipped: precision/fp8-delayed: "
               "a number format in its dtypes"), "%s", out);

@@ -10,6 +10,7 @@
  * are written (the activation backward needs), and backward reads them once and
  * regenerates their dropout from the Philox stream instead of keeping a second copy. */
 #include "cpu_internal.h"
+#include "../common/attention_args.h"
 
 #include <stdatomic.h>
 
@@ -118,34 +119,13 @@ static void bwd_heads(void *vj, size_t begin, size_t end) { run_heads(vj, begin,
  * head's GEMMs' buffers past 2 x seq x seq floats. */
 static int prepare(cpu_be *be, const mpx_attention *a, int bwd, attn_job *j, const char *op)
 {
-    if (a->size < sizeof *a)
-        return CPU_FAIL(be, "cpu %s: mpx_attention of %u bytes, this backend reads %zu", op, (unsigned)a->size,
-                        sizeof *a);
-    if (a->batch < 0 || a->heads < 1 || a->seq < 0 || a->head_dim < 1 || a->ld < a->heads * a->head_dim)
-        return CPU_FAIL(be, "cpu %s: bad shape batch=%d heads=%d seq=%d head_dim=%d ld=%d", op, a->batch, a->heads,
-                        a->seq, a->head_dim, a->ld);
-    if (!(a->p >= 0.0f && a->p <= 1.0f)) return CPU_FAIL(be, "cpu %s: p = %g is outside [0, 1]", op, (double)a->p);
-    const size_t rows = (size_t)a->batch * (size_t)a->seq, S = (size_t)a->seq;
-    const size_t span = rows ? (rows - 1) * (size_t)a->ld + (size_t)a->heads * (size_t)a->head_dim : 0;
-    const size_t n_probs = (size_t)a->batch * (size_t)a->heads * S * S;
-    CPU_CHECK(be, op, "q", a->q, span);
-    CPU_CHECK(be, op, "k", a->k, span);
-    CPU_CHECK(be, op, "v", a->v, span);
-    CPU_CHECK_OPT(be, op, "mask", a->mask, rows);
-    if (a->mask.p && a->mask.t != MPX_F32) return CPU_FAIL(be, "cpu %s: the mask must be fp32", op);
-    if (bwd) {
-        CPU_CHECK(be, op, "probs", a->probs, n_probs);
-        CPU_CHECK(be, op, "dctx", a->dctx, span);
-        CPU_CHECK(be, op, "dq", a->dq, span);
-        CPU_CHECK(be, op, "dk", a->dk, span);
-        CPU_CHECK(be, op, "dv", a->dv, span);
-    } else {
-        CPU_CHECK(be, op, "ctx", a->ctx, span);
-        CPU_CHECK_OPT(be, op, "probs", a->probs, n_probs);
-    }
-    CPU_CHECK(be, op, "probs dtype", mpx_a(NULL, a->probs.t), 0);
-    CPU_CHECK(be, op, "scores dtype", mpx_a(NULL, a->scores_t), 0);
-    CPU_CHECK(be, op, "ds dtype", mpx_a(NULL, a->ds_t), 0);
+    attention_buf bufs[ATTENTION_BUFS];
+    int n_bufs = 0;
+    char why[256];
+    if (attention_args(a, bwd, bufs, &n_bufs, why, sizeof why)) return CPU_FAIL(be, "cpu %s: %s", op, why);
+    for (int i = 0; i < n_bufs; i++)   /* an optional buffer is checked when given */
+        if (bufs[i].a.p || !bufs[i].optional) CPU_CHECK(be, op, bufs[i].name, bufs[i].a, bufs[i].n);
+    const size_t S = (size_t)a->seq;
     if (mpx_dtype_is_format(a->compute))
         return CPU_FAIL(be, "cpu %s: compute dtype %s: attention GEMMs in a number format are not fused (the "
                         "caller runs the ops one by one)", op, cpu_dtype_name(be, a->compute));

@@ -19,6 +19,7 @@
  * The dropout mask words of mpx_attention.keep are neither filled nor read: backward
  * draws the mask again (the same bits). Neither mode has run on a GPU yet (docs/CUDA.md). */
 #include "cuda_internal.h"
+#include "../common/attention_args.h"
 
 #include <string.h>
 
@@ -125,38 +126,15 @@ static int att_gemm(cuda_be *be, const mpx_attention *a, int ta, int tb, int m, 
 
 static size_t bigger(size_t x, size_t y) { return x > y ? x : y; }
 
-/* Shapes, dtypes and pointers, as the cpu backend's op checks them. */
+/* Shapes, dtypes and pointers (attention_args.h, as the cpu backend's op). */
 static int check(cuda_be *be, const mpx_attention *a, int bwd, const char *op)
 {
-    if (!a) return CUDA_FAIL(be, "cuda %s: no arguments", op);
-    if (a->size < sizeof *a)
-        return CUDA_FAIL(be, "cuda %s: mpx_attention of %u bytes, this backend reads %zu", op, (unsigned)a->size,
-                         sizeof *a);
-    if (a->batch < 0 || a->heads < 1 || a->seq < 0 || a->head_dim < 1 || a->ld < a->heads * a->head_dim)
-        return CUDA_FAIL(be, "cuda %s: bad shape batch=%d heads=%d seq=%d head_dim=%d ld=%d", op, a->batch, a->heads,
-                         a->seq, a->head_dim, a->ld);
-    if (!(a->p >= 0.0f && a->p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)a->p);
-    const size_t rows = (size_t)a->batch * (size_t)a->seq, S = (size_t)a->seq;
-    const size_t span = rows ? (rows - 1) * (size_t)a->ld + (size_t)a->heads * (size_t)a->head_dim : 0;
-    const size_t n_probs = (size_t)a->batch * (size_t)a->heads * S * S;
-    CUDA_CHECK(be, op, "q", a->q, span);
-    CUDA_CHECK(be, op, "k", a->k, span);
-    CUDA_CHECK(be, op, "v", a->v, span);
-    CUDA_CHECK_OPT(be, op, "mask", a->mask, rows);
-    if (a->mask.p && a->mask.t != MPX_F32) return CUDA_FAIL(be, "cuda %s: the mask must be fp32", op);
-    if (bwd) {
-        CUDA_CHECK(be, op, "probs", a->probs, n_probs);
-        CUDA_CHECK(be, op, "dctx", a->dctx, span);
-        CUDA_CHECK(be, op, "dq", a->dq, span);
-        CUDA_CHECK(be, op, "dk", a->dk, span);
-        CUDA_CHECK(be, op, "dv", a->dv, span);
-    } else {
-        CUDA_CHECK(be, op, "ctx", a->ctx, span);
-        CUDA_CHECK_OPT(be, op, "probs", a->probs, n_probs);
-    }
-    CUDA_CHECK(be, op, "probs dtype", mpx_a(NULL, a->probs.t), 0);
-    CUDA_CHECK(be, op, "scores dtype", mpx_a(NULL, a->scores_t), 0);
-    CUDA_CHECK(be, op, "ds dtype", mpx_a(NULL, a->ds_t), 0);
+    attention_buf bufs[ATTENTION_BUFS];
+    int n_bufs = 0;
+    char why[256];
+    if (attention_args(a, bwd, bufs, &n_bufs, why, sizeof why)) return CUDA_FAIL(be, "cuda %s: %s", op, why);
+    for (int i = 0; i < n_bufs; i++)   /* an optional buffer is checked when given */
+        if (bufs[i].a.p || !bufs[i].optional) CUDA_CHECK(be, op, bufs[i].name, bufs[i].a, bufs[i].n);
     CUDA_CHECK(be, op, "compute dtype", mpx_a(NULL, a->compute), 0);
     return MPX_OK;
 }
