@@ -64,6 +64,16 @@ static void run_policy_with(const char *policy, double tol, const char *cuda_opt
         char dir[512];
         snprintf(dir, sizeof dir, "%s/side%d", tmp, s);
         cr_assert_eq(read_rows(dir, r[s], STEPS), STEPS, "%s on %s: %d metrics rows expected", policy, be[s], STEPS);
+        /* the record's backend line names the attention mode the run took */
+        const char *mode = s && !strcmp(be[s], "cuda") ? strstr(cuda_opts, "attention=\"") : NULL;
+        if (mode) {
+            char want[64], path[600];
+            snprintf(want, sizeof want, "attention %.*s", (int)strcspn(mode + 11, "\""), mode + 11);
+            snprintf(path, sizeof path, "%s/run.json", dir);
+            char *rec = ts_slurp(path, NULL);
+            cr_expect(rec && strstr(rec, want), "%s: run.json does not say \"%s\"", policy, want);
+            free(rec);
+        }
     }
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss);

@@ -410,17 +410,29 @@ Test(cuda_misc, sum_squares_and_count_nonfinite)
 typedef struct attn_case { mpx_dtype act, sm, compute; float p; int masked; } attn_case;
 
 /* The policies' dtypes: fp32 with and without dropout, bf16-master (bf16 everywhere),
- * amp (fp16 activations and GEMMs, fp32 probabilities, no mask). */
+ * amp (fp16 activations and GEMMs, fp32 probabilities, no mask); and two mixes that take
+ * the op's conversions: fp32 operands into bf16 GEMMs, and fp16 activations (a 16-bit
+ * output that is not the compute dtype) under bf16 GEMMs. */
 static const attn_case ATTN_CASES[] = {
     { MPX_F32, MPX_F32, MPX_F32, 0.0f, 1 }, { MPX_F32, MPX_F32, MPX_F32, 0.1f, 1 },
     { MPX_BF16, MPX_BF16, MPX_BF16, 0.1f, 1 }, { MPX_F16, MPX_F32, MPX_F16, 0.1f, 0 },
+    { MPX_F32, MPX_F32, MPX_BF16, 0.1f, 1 }, { MPX_F16, MPX_F32, MPX_BF16, 0.1f, 1 },
 };
 enum { AB = 3, ANH = 4, AS = 37, AD = 16, ALD = ANH * AD + 8 };   /* an odd seq, rows wider than the heads */
 
-/* Two GEMMs and a softmax deep: the bound of a GEMM over seq products, 10 times over. */
-static void expect_attn(cuda_pair *p, const pbuf *b, const char *what, const char *mode)
+/* Two GEMMs and a softmax deep: 10 times the bound of a GEMM over seq products in the
+ * coarsest dtype on the way (a score rounded the other way in fp16 moves an fp32
+ * probability by more than an fp32 bound allows). */
+static void expect_attn(cuda_pair *p, const pbuf *b, const attn_case *c, const char *what, const char *mode)
 {
-    double e = pb_nmse(p, b), bound = 10.0 * gemm_nmse_bound(b->a[0].t, AS);
+    double bound = 0.0;
+    const mpx_dtype on_the_way[4] = { b->a[0].t, c->act, c->sm, c->compute };
+    for (int i = 0; i < 4; i++) {
+        double g = gemm_nmse_bound(on_the_way[i], AS);
+        bound = g > bound ? g : bound;
+    }
+    bound *= 10.0;
+    double e = pb_nmse(p, b);
     char line[200];
     snprintf(line, sizeof line, "attention %s %s (%s, %zu elements)", mode, what, mpx_dtype_name(b->a[0].t), b->n);
     errlog(line, e, bound);
@@ -457,21 +469,24 @@ static void attention_against_cpu(const char *mode)
         mpx_attention a[2];
         for (int s = 0; s < 2; s++) a[s] = attn_args(c, s, &q, &k, &v, &ctx, &mask, &probs);
         ON_BOTH(&p, O->attention_fwd(BE, &a[s_]));
-        expect_attn(&p, &probs, "fwd probs", mode);
-        expect_attn(&p, &ctx, "fwd ctx", mode);
+        expect_attn(&p, &probs, c, "fwd probs", mode);
+        expect_attn(&p, &ctx, c, "fwd ctx", mode);
         pbuf dctx = pb_random(&p, c->act, span, 203, -1, 1), dq = pb_zero(&p, c->act, span);
         pbuf dk = pb_zero(&p, c->act, span), dv = pb_zero(&p, c->act, span);
         for (int s = 0; s < 2; s++) a[s].dctx = dctx.a[s], a[s].dq = dq.a[s], a[s].dk = dk.a[s], a[s].dv = dv.a[s];
         ON_BOTH(&p, O->attention_bwd(BE, &a[s_]));
-        expect_attn(&p, &dq, "bwd dq", mode);
-        expect_attn(&p, &dk, "bwd dk", mode);
-        expect_attn(&p, &dv, "bwd dv", mode);
-        /* an evaluation forward keeps no probabilities: the same context at p = 0 */
-        pbuf ctx0 = pb_zero(&p, c->act, span);
+        expect_attn(&p, &dq, c, "bwd dq", mode);
+        expect_attn(&p, &dk, c, "bwd dk", mode);
+        expect_attn(&p, &dv, c, "bwd dv", mode);
+        /* a forward that keeps no probabilities (an evaluation's, p = 0; and with dropout) */
+        pbuf ctx0 = pb_zero(&p, c->act, span), ctx1 = pb_zero(&p, c->act, span);
         for (int s = 0; s < 2; s++) a[s].ctx = ctx0.a[s], a[s].probs = mpx_a(NULL, c->sm), a[s].p = 0.0f;
         ON_BOTH(&p, O->attention_fwd(BE, &a[s_]));
-        expect_attn(&p, &ctx0, "eval fwd ctx", mode);
-        pbuf *all[] = { &q, &k, &v, &ctx, &mask, &probs, &dctx, &dq, &dk, &dv, &ctx0 };
+        expect_attn(&p, &ctx0, c, "eval fwd ctx", mode);
+        for (int s = 0; s < 2; s++) a[s].ctx = ctx1.a[s], a[s].p = c->p;
+        ON_BOTH(&p, O->attention_fwd(BE, &a[s_]));
+        expect_attn(&p, &ctx1, c, "fwd ctx, no probabilities kept", mode);
+        pbuf *all[] = { &q, &k, &v, &ctx, &mask, &probs, &dctx, &dq, &dk, &dv, &ctx0, &ctx1 };
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pb_free(&p, all[i]);
     }
     cuda_pair_close(&p);
@@ -482,7 +497,8 @@ Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { atte
 
 /* The contract (mpx/ops.h): the op is bit for bit the ops it stands for on the same
  * backend. With "per-example" the cuda op must equal, on the device, the model's calls
- * without it: the gemm op per example over its heads, softmax_fwd, dropout_fwd. */
+ * without it: the gemm op per example over its heads, softmax_fwd, dropout_fwd, and
+ * backward dropout_bwd and softmax_bwd between the GEMMs. */
 Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
 {
     cuda_pair p;
@@ -530,7 +546,60 @@ Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
         free(y);
         free(px);
         free(py);
-        pbuf *all[] = { &q, &k, &v, &ctx, &ctx2, &mask, &probs, &probs2, &sc, &pd };
+        /* backward: the op against bert_backward.c's ops one by one, from the same
+         * probabilities (the op's, which the forward above showed are the ops') */
+        pbuf dctx = pb_random(&p, c->act, span, 213, -1, 1);
+        pbuf dq = pb_zero(&p, c->act, span), dk = pb_zero(&p, c->act, span), dv = pb_zero(&p, c->act, span);
+        pbuf dq2 = pb_zero(&p, c->act, span), dk2 = pb_zero(&p, c->act, span), dv2 = pb_zero(&p, c->act, span);
+        pbuf g1 = pb_zero(&p, c->sm, np), g2 = pb_zero(&p, c->sm, np), ds = pb_zero(&p, c->act, np);
+        a.dctx = dctx.a[1], a.dq = dq.a[1], a.dk = dk.a[1], a.dv = dv.a[1];
+        cr_assert_eq(g->ops->attention_bwd(g->be, &a), 0, "%s", th_error(th_backend_env(g->env)));
+        mpx_arg pdrop = probs.a[1];
+        if (c->p > 0.0f) {
+            cr_assert_eq(g->ops->dropout_fwd(g->be, probs.a[1], pd.a[1], np, c->p, a.rng), 0);
+            pdrop = pd.a[1];
+        }
+        for (int b = 0; b < AB; b++) {
+            const size_t e = (size_t)b * AS * ALD, h = (size_t)b * ANH * SS;
+            mpx_gemm m = { .trans_a = 0, .trans_b = 1, .m = AS, .n = AS, .k = AD, .alpha = 1.0f,
+                           .a = mpx_at(dctx.a[1], e), .lda = ALD, .stride_a = AD, .b = mpx_at(v.a[1], e), .ldb = ALD,
+                           .stride_b = AD, .c = mpx_at(g1.a[1], h), .ldc = AS, .stride_c = (long long)SS,
+                           .batch = ANH, .compute = c->compute };
+            cr_assert_eq(g->ops->gemm(g->be, &m), 0);
+            m = (mpx_gemm){ .trans_a = 1, .trans_b = 0, .m = AS, .n = AD, .k = AS, .alpha = 1.0f,
+                            .a = mpx_at(pdrop, h), .lda = AS, .stride_a = (long long)SS, .b = mpx_at(dctx.a[1], e),
+                            .ldb = ALD, .stride_b = AD, .c = mpx_at(dv2.a[1], e), .ldc = ALD, .stride_c = AD,
+                            .batch = ANH, .compute = c->compute };
+            cr_assert_eq(g->ops->gemm(g->be, &m), 0);
+        }
+        mpx_arg dp = g1.a[1];
+        if (c->p > 0.0f) {
+            cr_assert_eq(g->ops->dropout_bwd(g->be, g1.a[1], g2.a[1], np, c->p, a.rng), 0);
+            dp = g2.a[1];
+        }
+        cr_assert_eq(g->ops->softmax_bwd(g->be, dp, probs.a[1], ds.a[1], np / AS, AS, 1.0f), 0);
+        for (int b = 0; b < AB; b++) {
+            const size_t e = (size_t)b * AS * ALD, h = (size_t)b * ANH * SS;
+            for (int w = 0; w < 2; w++) {   /* dQ = dS K scale, dK = dS^T Q scale */
+                mpx_gemm m = { .trans_a = w, .trans_b = 0, .m = AS, .n = AD, .k = AS, .alpha = a.scale,
+                               .a = mpx_at(ds.a[1], h), .lda = AS, .stride_a = (long long)SS,
+                               .b = mpx_at(w ? q.a[1] : k.a[1], e), .ldb = ALD, .stride_b = AD,
+                               .c = mpx_at(w ? dk2.a[1] : dq2.a[1], e), .ldc = ALD, .stride_c = AD,
+                               .batch = ANH, .compute = c->compute };
+                cr_assert_eq(g->ops->gemm(g->be, &m), 0);
+            }
+        }
+        const pbuf *op_side[3] = { &dq, &dk, &dv }, *ops_side[3] = { &dq2, &dk2, &dv2 };
+        for (int i = 0; i < 3; i++) {
+            static const char *const name[3] = { "dq", "dk", "dv" };
+            double *u = pb_fetch(&p, op_side[i]), *w = pb_fetch(&p, ops_side[i]);
+            cr_expect(memcmp(u + span, w + span, span * sizeof *u) == 0, "case %zu: the op's %s is not the ops'", ci,
+                      name[i]);
+            free(u);
+            free(w);
+        }
+        pbuf *all[] = { &q, &k, &v, &ctx, &ctx2, &mask, &probs, &probs2, &sc, &pd,
+                        &dctx, &dq, &dk, &dv, &dq2, &dk2, &dv2, &g1, &g2, &ds };
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pb_free(&p, all[i]);
     }
     cuda_pair_close(&p);

@@ -115,12 +115,15 @@ static int open_cublas(cuda_be *be)
         { (void **)&be->api.status_string, "cublasGetStatusString" },
         { (void **)&be->api.gemm_ex, "cublasGemmEx" },
         { (void **)&be->api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx" },
-        { (void **)&be->api.gemm_batched_ex, "cublasGemmBatchedEx" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(be->api.lib, syms[i].name);
         if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLAS_SONAME, syms[i].name);
     }
+    /* only attention = "batched" calls it */
+    *(void **)&be->api.gemm_batched_ex = dlsym(be->api.lib, "cublasGemmBatchedEx");
+    if (be->attention == CUDA_ATTN_BATCHED && !be->api.gemm_batched_ex)
+        return CUDA_FAIL(be, "backend.cuda.attention = \"batched\": %s has no cublasGemmBatchedEx", CUBLAS_SONAME);
     return MPX_OK;
 }
 
