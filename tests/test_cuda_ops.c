@@ -405,6 +405,112 @@ Test(cuda_misc, sum_squares_and_count_nonfinite)
     cuda_pair_close(&p);
 }
 
+/* ---- softmax and dropout in one pass (ABI 1.10), backend.cuda.softmax_dropout = "fused" ----
+ * The contract is the two ops' bits on the same backend: on the device, the fused op
+ * against softmax_fwd then dropout_fwd (backward: dropout_bwd then softmax_bwd), bit for
+ * bit, in the softmax island's dtype mixes, in place and not, at a stream offset inside a
+ * Philox block; against the cpu backend's fused op, under the softmax bound. */
+
+typedef struct sd_case { mpx_dtype x, y; } sd_case;
+static const sd_case SD_CASES[] = {
+    { MPX_F32, MPX_F32 }, { MPX_BF16, MPX_BF16 }, { MPX_F16, MPX_F16 }, { MPX_BF16, MPX_F32 }, { MPX_F16, MPX_F32 },
+};
+
+/* The device side's values of a and b are identical. */
+static void expect_same_on_device(cuda_pair *p, const pbuf *a, const pbuf *b, const char *what, size_t ci)
+{
+    double *x = pb_fetch(p, a), *y = pb_fetch(p, b);
+    size_t first = a->n;
+    for (size_t i = 0; i < a->n && first == a->n; i++)
+        if (memcmp(&x[a->n + i], &y[b->n + i], sizeof *x)) first = i;
+    cr_expect(first == a->n, "case %zu (%s -> %s): %s differs at element %zu: %.9g vs %.9g", ci,
+              mpx_dtype_name(SD_CASES[ci].x), mpx_dtype_name(SD_CASES[ci].y), what, first,
+              first < a->n ? x[a->n + first] : 0.0, first < a->n ? y[b->n + first] : 0.0);
+    free(x);
+    free(y);
+}
+
+Test(cuda_rows, softmax_dropout_fused_is_the_two_ops_bit_for_bit, .timeout = 120)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, "device = -1; tf32 = false; softmax_dropout = \"fused\";");
+    cuda_side *g = &p.side[1];
+    for (int s = 0; s < 2; s++)
+        cr_assert(MPX_OPS_HAS(p.side[s].ops, dropout_softmax_bwd) && p.side[s].ops->softmax_dropout_fwd &&
+                      p.side[s].ops->dropout_softmax_bwd, "%s has no fused softmax + dropout", s ? "cuda" : "cpu");
+    const size_t B = 3, H = 2, R = 7, cols = 203, total = B * H * R, n = total * cols;
+    const float ps[2] = { 0.1f, 0.5f };
+    for (size_t ci = 0; ci < sizeof SD_CASES / sizeof SD_CASES[0]; ci++) {
+        const sd_case *c = &SD_CASES[ci];
+        for (int pi = 0; pi < 2; pi++) {
+            const float pr = ps[pi];
+            const mpx_rng rng = { 99, 5, 2, 3 + 4 * (uint64_t)pi };   /* offsets 3 and 7: inside a block */
+            pbuf x = pb_random(&p, c->x, n, 300 + ci, -8, 8), mask = pb_random(&p, MPX_F32, B * cols, 301, -10000, 0);
+            pbuf y1 = pb_zero(&p, c->y, n), yd1 = pb_zero(&p, c->y, n), y2 = pb_zero(&p, c->y, n);
+            pbuf yd2 = pb_zero(&p, c->y, n);
+            pb_poke(&p, &mask, 5, -10000.0f);
+            ON_BOTH(&p, O->softmax_dropout_fwd(BE, A(x), A(mask), A(y1), A(yd1), B, H, R, cols, 0.125f, pr, rng));
+            expect_close(&p, &yd1, "softmax_dropout_fwd against the cpu backend's");
+            cr_assert_eq(g->ops->softmax_fwd(g->be, x.a[1], mask.a[1], y2.a[1], B, H, R, cols, 0.125f), 0);
+            cr_assert_eq(g->ops->dropout_fwd(g->be, y2.a[1], yd2.a[1], n, pr, rng), 0);
+            expect_same_on_device(&p, &y1, &y2, "fused probabilities vs softmax_fwd", ci);
+            expect_same_on_device(&p, &yd1, &yd2, "fused dropped probabilities vs dropout_fwd", ci);
+            /* in place: yd over y; and, in one dtype, y and yd over x */
+            pbuf y3 = pb_zero(&p, c->y, n);
+            cr_assert_eq(g->ops->softmax_dropout_fwd(g->be, x.a[1], mask.a[1], y3.a[1], y3.a[1], B, H, R, cols, 0.125f,
+                                                     pr, rng), 0);
+            expect_same_on_device(&p, &y3, &yd2, "fused with yd = y", ci);
+            if (c->x == c->y) {
+                pbuf x2 = pb_random(&p, c->x, n, 300 + ci, -8, 8);
+                cr_assert_eq(g->ops->softmax_dropout_fwd(g->be, x2.a[1], mask.a[1], x2.a[1], x2.a[1], B, H, R, cols,
+                                                         0.125f, pr, rng), 0);
+                expect_same_on_device(&p, &x2, &yd2, "fused with y = yd = x", ci);
+                pb_free(&p, &x2);
+            }
+            /* backward: the probabilities' gradient in their dtype, the scores' in x's */
+            pbuf dyd = pb_random(&p, c->y, n, 310 + ci, -1, 1), dx1 = pb_zero(&p, c->x, n), dx2 = pb_zero(&p, c->x, n);
+            pbuf g2 = pb_zero(&p, c->y, n);
+            ON_BOTH(&p, O->dropout_softmax_bwd(BE, A(dyd), A(y1), A(dx1), total, cols, 0.125f, pr, rng));
+            expect_close(&p, &dx1, "dropout_softmax_bwd against the cpu backend's");
+            cr_assert_eq(g->ops->dropout_bwd(g->be, dyd.a[1], g2.a[1], n, pr, rng), 0);
+            cr_assert_eq(g->ops->softmax_bwd(g->be, g2.a[1], y1.a[1], dx2.a[1], total, cols, 0.125f), 0);
+            expect_same_on_device(&p, &dx1, &dx2, "fused backward vs dropout_bwd then softmax_bwd", ci);
+            if (c->x == c->y) {   /* dx over dyd */
+                cr_assert_eq(g->ops->dropout_softmax_bwd(g->be, dyd.a[1], y1.a[1], dyd.a[1], total, cols, 0.125f, pr,
+                                                         rng), 0);
+                expect_same_on_device(&p, &dyd, &dx2, "fused backward with dx = dyd", ci);
+            }
+            pbuf *all[] = { &x, &mask, &y1, &yd1, &y2, &yd2, &y3, &dyd, &dx1, &dx2, &g2 };
+            for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) pb_free(&p, all[k]);
+        }
+    }
+    /* what the contract forbids is refused */
+    pbuf a = pb_zero(&p, MPX_F32, n), b16 = pb_zero(&p, MPX_BF16, n);
+    const mpx_rng rng = { 1, 1, 1, 0 };
+    cr_expect_neq(g->ops->dropout_softmax_bwd(g->be, a.a[1], a.a[1], b16.a[1], total, cols, 1.0f, 1.5f, rng), 0,
+                  "p = 1.5 is refused");
+    cr_expect_neq(g->ops->dropout_softmax_bwd(g->be, a.a[1], a.a[1], mpx_a(a.a[1].p, MPX_BF16), total, cols, 1.0f,
+                                              0.1f, rng), 0, "dx over dyd in another dtype is refused");
+    if (!(getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO")))   /* the cpu op does not check this one */
+        cr_expect_neq(g->ops->softmax_dropout_fwd(g->be, a.a[1], mpx_a(NULL, MPX_F32), a.a[1],
+                                                  mpx_a(a.a[1].p, MPX_BF16), B, H, R, cols, 1.0f, 0.1f, rng), 0,
+                      "yd over x in another dtype is refused");
+    pb_free(&p, &a);
+    pb_free(&p, &b16);
+    cuda_pair_close(&p);
+}
+
+/* "ops" (the default) runs them as two kernels: the table has no fused pair. */
+Test(cuda_rows, the_default_instance_has_no_fused_softmax_dropout)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const mpx_ops *o = p.side[1].ops;
+    if (getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO")) cr_skip_test("self-check: the cpu backend has it");
+    cr_expect(!MPX_OPS_HAS(o, dropout_softmax_bwd) || (!o->softmax_dropout_fwd && !o->dropout_softmax_bwd));
+    cuda_pair_close(&p);
+}
+
 /* ---- the attention op (ABI 1.11), backend.cuda.attention = "per-example" or "batched" ---- */
 
 typedef struct attn_case { mpx_dtype act, sm, compute; float p; int masked; } attn_case;
@@ -450,10 +556,11 @@ static mpx_attention attn_args(const attn_case *c, int s, pbuf *q, pbuf *k, pbuf
     return a;
 }
 
-static void attention_against_cpu(const char *mode)
+static void attention_against_cpu(const char *mode, const char *softmax_dropout)
 {
-    char opts[128];
-    snprintf(opts, sizeof opts, "device = -1; tf32 = false; attention = \"%s\";", mode);
+    char opts[160];
+    snprintf(opts, sizeof opts, "device = -1; tf32 = false; attention = \"%s\"; softmax_dropout = \"%s\";", mode,
+             softmax_dropout);
     cuda_pair p;
     cuda_pair_open(&p, opts);
     cr_assert(MPX_OPS_HAS(p.side[1].ops, attention_bwd) && p.side[1].ops->attention_fwd &&
@@ -492,17 +599,17 @@ static void attention_against_cpu(const char *mode)
     cuda_pair_close(&p);
 }
 
-Test(cuda_attention, per_example_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("per-example"); }
-Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("batched"); }
+Test(cuda_attention, per_example_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("per-example", "ops"); }
+Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("batched", "ops"); }
 
 /* The contract (mpx/ops.h): the op is bit for bit the ops it stands for on the same
  * backend. With "per-example" the cuda op must equal, on the device, the model's calls
  * without it: the gemm op per example over its heads, softmax_fwd, dropout_fwd, and
  * backward dropout_bwd and softmax_bwd between the GEMMs. */
-Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
+static void op_is_the_ops(const char *options)
 {
     cuda_pair p;
-    cuda_pair_open(&p, "device = -1; tf32 = false; attention = \"per-example\";");
+    cuda_pair_open(&p, options);
     cuda_side *g = &p.side[1];
     const size_t span = (size_t)AB * AS * ALD, np = (size_t)AB * ANH * AS * AS, SS = (size_t)AS * AS;
     for (size_t ci = 0; ci < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; ci++) {
@@ -603,6 +710,23 @@ Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pb_free(&p, all[i]);
     }
     cuda_pair_close(&p);
+}
+
+Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
+{
+    op_is_the_ops("device = -1; tf32 = false; attention = \"per-example\";");
+}
+
+/* softmax_dropout = "fused": the op's softmax and dropout in one kernel each way, still
+ * the separate ops' bits */
+Test(cuda_attention, per_example_op_with_fused_dropout_is_the_ops_bit_for_bit, .timeout = 120)
+{
+    op_is_the_ops("device = -1; tf32 = false; attention = \"per-example\"; softmax_dropout = \"fused\";");
+}
+
+Test(cuda_attention, batched_op_with_fused_dropout_against_the_cpu_backends, .timeout = 120)
+{
+    attention_against_cpu("batched", "fused");
 }
 
 /* "ops" (the default) leaves the instance without the op: the model runs the ops. */

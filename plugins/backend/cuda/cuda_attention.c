@@ -16,6 +16,9 @@
  *      strided batches, so GEMM outputs may differ from "per-example"'s in the order of
  *      their fp32 sums (the suites' GEMM bound covers that).
  *
+ * With backend.cuda.softmax_dropout = "fused" either mode runs the softmax and its
+ * dropout as one kernel (forward and backward), the same bits as the two.
+ *
  * The dropout mask words of mpx_attention.keep are neither filled nor read: backward
  * draws the mask again (the same bits). Neither mode has run on a GPU yet (docs/CUDA.md). */
 #include "cuda_internal.h"
@@ -158,11 +161,21 @@ int cuda_attention_fwd(void *vbe, const mpx_attention *a)
         y = mpx_a(w8, a->probs.t);
     }
     MPX_TRY(att_gemm(be, a, 0, 1, S, S, D, a->scale, interleaved(a, a->q), interleaved(a, a->k), square(a, sc)));
-    MPX_TRY(cuda_softmax_fwd(be, sc, a->mask, y, (size_t)a->batch, (size_t)a->heads, (size_t)S, (size_t)S, 1.0f));
     mpx_arg yd = y;
-    if (a->p > 0.0f) {   /* the scores are spent */
-        yd = mpx_a(w7, a->probs.t);
-        MPX_TRY(cuda_dropout_fwd(be, y, yd, n, a->p, a->rng));
+    if (a->p > 0.0f && be->fused_dropout && (sc.t == y.t || a->probs.p)) {
+        /* in one pass: the dropped probabilities over the scores when their dtypes agree
+         * (the op's aliasing rule), else in slot 8 (y is then the caller's) */
+        void *d = sc.t == y.t ? w7 : cuda_ws(be, 8, n * ps);
+        if (!d) return MPX_ERR_NOMEM;
+        yd = mpx_a(d, y.t);
+        MPX_TRY(cuda_softmax_dropout_fwd(be, sc, a->mask, y, yd, (size_t)a->batch, (size_t)a->heads, (size_t)S,
+                                         (size_t)S, 1.0f, a->p, a->rng));
+    } else {
+        MPX_TRY(cuda_softmax_fwd(be, sc, a->mask, y, (size_t)a->batch, (size_t)a->heads, (size_t)S, (size_t)S, 1.0f));
+        if (a->p > 0.0f) {   /* the scores are spent */
+            yd = mpx_a(w7, a->probs.t);
+            MPX_TRY(cuda_dropout_fwd(be, y, yd, n, a->p, a->rng));
+        }
     }
     return att_gemm(be, a, 0, 0, S, D, S, 1.0f, square(a, yd), interleaved(a, a->v), interleaved(a, a->ctx));
 }
@@ -189,12 +202,16 @@ int cuda_attention_bwd(void *vbe, const mpx_attention *a)
     MPX_TRY(att_gemm(be, a, 0, 1, S, S, D, 1.0f, dctx, interleaved(a, a->v), square(a, dyd)));
     MPX_TRY(att_gemm(be, a, 1, 0, S, D, S, 1.0f, square(a, yd), dctx, interleaved(a, a->dv)));
     mpx_arg dy = dyd, dsc = mpx_a(w8, a->ds_t);
-    if (a->p > 0.0f) {   /* the dropped probabilities are spent: their dropout's backward goes there */
-        dy = mpx_a(w8, a->probs.t);
-        MPX_TRY(cuda_dropout_bwd(be, dyd, dy, n, a->p, a->rng));
-        dsc = mpx_a(w7, a->ds_t);
+    if (a->p > 0.0f && be->fused_dropout) {   /* in one pass, into the spent dropped probabilities */
+        MPX_TRY(cuda_dropout_softmax_bwd(be, dyd, y, dsc, n / (size_t)S, (size_t)S, 1.0f, a->p, a->rng));
+    } else {
+        if (a->p > 0.0f) {   /* the dropped probabilities are spent: their dropout's backward goes there */
+            dy = mpx_a(w8, a->probs.t);
+            MPX_TRY(cuda_dropout_bwd(be, dyd, dy, n, a->p, a->rng));
+            dsc = mpx_a(w7, a->ds_t);
+        }
+        MPX_TRY(cuda_softmax_bwd(be, dy, y, dsc, n / (size_t)S, (size_t)S, 1.0f));
     }
-    MPX_TRY(cuda_softmax_bwd(be, dy, y, dsc, n / (size_t)S, (size_t)S, 1.0f));
     MPX_TRY(att_gemm(be, a, 0, 0, S, D, S, a->scale, square(a, dsc), interleaved(a, a->k), interleaved(a, a->dq)));
     return att_gemm(be, a, 1, 0, S, D, S, a->scale, square(a, dsc), interleaved(a, a->q), interleaved(a, a->dk));
 }

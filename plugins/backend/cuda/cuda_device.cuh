@@ -6,6 +6,8 @@
 
 #include "cuda_internal.h"
 
+#include <math.h>
+
 #define CUDA_THREADS 256
 
 /* Blocks for a grid-stride loop over n items. */
@@ -35,6 +37,26 @@ __device__ __forceinline__ float dev_round(float v, mpx_dtype t)
     if (t == MPX_BF16) return mpx_round_bf16(v);
     if (t == MPX_F16) return mpx_round_f16(v);
     return v;
+}
+
+/* Dropout's threshold and scale for p (mpx/ops.h: element kept when (word >> 8) >=
+ * keep_from, kept values scaled by 1 / (1 - p)), as every dropout kernel computes them. */
+static inline uint32_t cuda_keep_from(float p) { return (uint32_t)ceil((double)p * 0x1p24); }
+static inline float cuda_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* Word e % 4 of Philox block e / 4: stream element e's draw (a kernel that takes a
+ * whole block per thread uses mpx_philox_block itself). */
+__device__ __forceinline__ uint32_t dev_philox_word(const mpx_rng &rng, uint64_t e)
+{
+    mpx_philox_out r = mpx_philox_block(rng.seed, rng.site, rng.tick, e >> 2);
+    return r.v[e & 3u];
+}
+
+/* x kept or dropped by its draw w, as dropout_fwd stores it before rounding. */
+__device__ __forceinline__ float dev_dropped(float x, uint32_t w, uint32_t keep_from, float scale)
+{
+    float v = x * scale;
+    return (w >> 8) >= keep_from ? v : 0.0f;
 }
 
 #define GRID_STRIDE(i, n) \

@@ -157,10 +157,7 @@ static size_t philox_blocks(const mpx_rng &rng, size_t n)
 __global__ void k_dropout(const void *x, mpx_dtype xt, void *y, mpx_dtype yt, size_t n,
                           uint32_t keep_from, float scale, mpx_rng rng)
 {
-    philox_elements(rng, n, [&](size_t i, uint32_t w) {
-        float v = dev_ld(x, xt, i) * scale;
-        dev_st(y, yt, i, (w >> 8) >= keep_from ? v : 0.0f);
-    });
+    philox_elements(rng, n, [&](size_t i, uint32_t w) { dev_st(y, yt, i, dev_dropped(dev_ld(x, xt, i), w, keep_from, scale)); });
 }
 
 static int dropout(cuda_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
@@ -169,9 +166,8 @@ static int dropout(cuda_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, 
     CUDA_CHECK(be, op, "output", y, n);
     if (!(p >= 0.0f && p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)p);
     if (!n) return MPX_OK;
-    uint32_t keep_from = (uint32_t)ceil((double)p * 0x1p24);
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    k_dropout<<<cuda_blocks(philox_blocks(rng, n)), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n, keep_from, scale, rng);
+    k_dropout<<<cuda_blocks(philox_blocks(rng, n)), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n, cuda_keep_from(p),
+                                                                                   cuda_dropout_scale(p), rng);
     CUDA_LAUNCHED(be, op);
     return MPX_OK;
 }

@@ -1,5 +1,6 @@
 /* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax, the
- * cross-entropy over positions. One warp per row; the row statistics add in the cpu
+ * cross-entropy over positions, and softmax fused with the attention dropout (ABI 1.10).
+ * One warp per row; the row statistics add in the cpu
  * backend's order (warp_row_sum8), the column reductions (bias_grad, dgamma, dbeta) sum
  * blocks of CUDA_ROW_BLOCK rows into partials and then the partials in block order, as
  * cpu_rows.c does — so, exp and log aside, the bits are the cpu backend's. */
@@ -253,6 +254,98 @@ extern "C" int cuda_softmax_bwd(void *vbe, mpx_arg dy, mpx_arg y, mpx_arg dx, si
     k_softmax_bwd<<<row_blocks(n_rows), CUDA_THREADS, 0, be->stream>>>(dy.p, dy.t, y.p, y.t, dx.p, dx.t, n_rows,
                                                                        cols, scale);
     CUDA_LAUNCHED(be, "softmax_bwd");
+    return MPX_OK;
+}
+
+/* ---- softmax and the attention dropout in one pass (ABI 1.10) ----
+ * Each row goes through what the two ops compute one after the other, the intermediate
+ * rounded to its dtype in between: the probability as softmax_fwd stores it, then
+ * dropout_fwd's value of it (backward: dropout_bwd's value rounded to dyd's dtype, then
+ * softmax_bwd's arithmetic). What is saved is the second op's trip through memory over
+ * the [batch, heads, seq, seq] tensor. Each element computes its own Philox block (the
+ * separate dropout kernel shares one block among 4 elements): the same words. */
+
+__global__ void k_softmax_dropout_fwd(const void *x, mpx_dtype xt, const void *mask, mpx_dtype mt, void *y,
+                                      mpx_dtype yt, void *yd, mpx_dtype ydt, size_t rows, size_t n,
+                                      size_t heads_rows, float scale, uint32_t keep_from, float dscale, mpx_rng rng)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n, mo = (i / heads_rows) * n;
+        auto r = [&](size_t c) {
+            return scale * dev_ld(x, xt, o + c) + (mask ? dev_ld(mask, mt, mo + c) : 0.0f);
+        };
+        float mx = warp_row_max8(n, r);
+        float sum = warp_row_sum8(n, [&](size_t c) { return expf(r(c) - mx); });
+        float inv = 1.0f / sum;
+        for (size_t c = lane; c < n; c += 32) {
+            float v = dev_round(expf(r(c) - mx) * inv, yt);   /* the probability as stored */
+            dev_st(y, yt, o + c, v);
+            dev_st(yd, ydt, o + c, dev_dropped(v, dev_philox_word(rng, rng.offset + o + c), keep_from, dscale));
+        }
+    }
+}
+
+static int fused_p(cuda_be *be, const char *op, float p)
+{
+    if (!(p >= 0.0f && p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)p);
+    return MPX_OK;
+}
+
+extern "C" int cuda_softmax_dropout_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
+                                        size_t batch, size_t heads, size_t rows, size_t cols, float scale,
+                                        float p, mpx_rng rng)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    size_t total = batch * heads * rows;
+    CUDA_CHECK(be, "softmax_dropout_fwd", "x", x, total * cols);
+    CUDA_CHECK(be, "softmax_dropout_fwd", "y", y, total * cols);
+    CUDA_CHECK(be, "softmax_dropout_fwd", "yd", yd, total * cols);
+    CUDA_CHECK_OPT(be, "softmax_dropout_fwd", "mask", mask, batch * cols);
+    MPX_TRY(fused_p(be, "softmax_dropout_fwd", p));
+    /* one warp's row would overwrite, in another dtype, rows that other warps still read */
+    if ((yd.p == x.p && yd.t != x.t) || (y.p == x.p && y.t != x.t) || (yd.p == y.p && yd.t != y.t))
+        return CUDA_FAIL(be, "cuda softmax_dropout_fwd: x, y and yd may share memory only in the same dtype");
+    if (!total || !cols) return MPX_OK;
+    k_softmax_dropout_fwd<<<row_blocks(total), CUDA_THREADS, 0, be->stream>>>(
+        x.p, x.t, mask.p, mask.t, y.p, y.t, yd.p, yd.t, total, cols, heads * rows, scale, cuda_keep_from(p),
+        cuda_dropout_scale(p), rng);
+    CUDA_LAUNCHED(be, "softmax_dropout_fwd");
+    return MPX_OK;
+}
+
+__global__ void k_dropout_softmax_bwd(const void *dyd, mpx_dtype dydt, const void *y, mpx_dtype yt, void *dx,
+                                      mpx_dtype dxt, size_t rows, size_t n, float scale, uint32_t keep_from,
+                                      float dscale, mpx_rng rng)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n;
+        /* dropout_bwd's output as it would be stored, in dyd's dtype */
+        auto dp = [&](size_t c) {
+            float d = dev_dropped(dev_ld(dyd, dydt, o + c), dev_philox_word(rng, rng.offset + o + c), keep_from, dscale);
+            return dev_round(d, dydt);
+        };
+        float dot = warp_row_sum8(n, [&](size_t c) { return dp(c) * dev_ld(y, yt, o + c); });
+        for (size_t c = lane; c < n; c += 32)
+            dev_st(dx, dxt, o + c, scale * dev_ld(y, yt, o + c) * (dp(c) - dot));
+    }
+}
+
+extern "C" int cuda_dropout_softmax_bwd(void *vbe, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows,
+                                        size_t cols, float scale, float p, mpx_rng rng)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    CUDA_CHECK(be, "dropout_softmax_bwd", "dyd", dyd, n_rows * cols);
+    CUDA_CHECK(be, "dropout_softmax_bwd", "y", y, n_rows * cols);
+    CUDA_CHECK(be, "dropout_softmax_bwd", "dx", dx, n_rows * cols);
+    MPX_TRY(fused_p(be, "dropout_softmax_bwd", p));
+    if (dx.p == dyd.p && dx.t != dyd.t)
+        return CUDA_FAIL(be, "cuda dropout_softmax_bwd: dx aliases dyd with another dtype");
+    if (!n_rows || !cols) return MPX_OK;
+    k_dropout_softmax_bwd<<<row_blocks(n_rows), CUDA_THREADS, 0, be->stream>>>(
+        dyd.p, dyd.t, y.p, y.t, dx.p, dx.t, n_rows, cols, scale, cuda_keep_from(p), cuda_dropout_scale(p), rng);
+    CUDA_LAUNCHED(be, "dropout_softmax_bwd");
     return MPX_OK;
 }
 
