@@ -342,25 +342,40 @@ Test(cuda_rows, cross_entropy_loss_and_gradient)
 
 /* ---- embeddings and reductions ---- */
 
+static void embeddings_case(cuda_pair *p, size_t rows, size_t n_ids, const int32_t *ids)
+{
+    const size_t dim = 96;
+    for (int i = 0; i < 3; i++) {
+        pbuf table = pb_random(p, T3[i], rows * dim, 90, -1, 1), y = pb_zero(p, T3[i], n_ids * dim);
+        pbuf id = pb_ints(p, ids, n_ids), dy = pb_random(p, T3[i], n_ids * dim, 91, -1, 1);
+        char what[96];
+        ON_BOTH(p, O->embedding_fwd(BE, (const int32_t *)A(id).p, n_ids, A(table), rows, dim, A(y)));
+        snprintf(what, sizeof what, "embedding_fwd (%zu ids, %zu rows, %s)", n_ids, rows, mpx_dtype_name(T3[i]));
+        expect_bits(p, &y, what);
+        ON_BOTH(p, O->embedding_bwd(BE, (const int32_t *)A(id).p, n_ids, A(dy), A(table), rows, dim));
+        snprintf(what, sizeof what, "embedding_bwd (%zu ids, %zu rows, %s)", n_ids, rows, mpx_dtype_name(T3[i]));
+        expect_bits(p, &table, what);
+        pb_free(p, &table);
+        pb_free(p, &y);
+        pb_free(p, &id);
+        pb_free(p, &dy);
+    }
+}
+
+/* Three tables as the model has them, the ids in no order: a small one with many repeats,
+ * two rows over 1,037 positions (the token types: chains longer than the scatter's loads
+ * ahead, and a tail), and a vocabulary-sized one (the sort's 15 bits) */
 Test(cuda_misc, embeddings_with_repeated_ids)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);
-    const size_t rows = 50, dim = 96, n_ids = 300;
-    int32_t ids[300];
-    for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * i + 3 * i) % rows);   /* many repeats */
-    for (int i = 0; i < 3; i++) {
-        pbuf table = pb_random(&p, T3[i], rows * dim, 90, -1, 1), y = pb_zero(&p, T3[i], n_ids * dim);
-        pbuf id = pb_ints(&p, ids, n_ids), dy = pb_random(&p, T3[i], n_ids * dim, 91, -1, 1);
-        ON_BOTH(&p, O->embedding_fwd(BE, (const int32_t *)A(id).p, n_ids, A(table), rows, dim, A(y)));
-        expect_bits(&p, &y, "embedding_fwd");
-        ON_BOTH(&p, O->embedding_bwd(BE, (const int32_t *)A(id).p, n_ids, A(dy), A(table), rows, dim));
-        expect_bits(&p, &table, "embedding_bwd");
-        pb_free(&p, &table);
-        pb_free(&p, &y);
-        pb_free(&p, &id);
-        pb_free(&p, &dy);
-    }
+    int32_t ids[1037];
+    for (size_t i = 0; i < 300; i++) ids[i] = (int32_t)((i * i + 3 * i) % 50);
+    embeddings_case(&p, 50, 300, ids);
+    for (size_t i = 0; i < 1037; i++) ids[i] = (i * 7) % 3 == 0;
+    embeddings_case(&p, 2, 1037, ids);
+    for (size_t i = 0; i < 300; i++) ids[i] = (int32_t)(((i % 41) * 743 + (i % 2) * 29000) % 30522);
+    embeddings_case(&p, 30522, 300, ids);
     cuda_pair_close(&p);
 }
 

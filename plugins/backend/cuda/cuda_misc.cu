@@ -1,10 +1,13 @@
 /* Embedding gather / scatter-add, the reductions reported to the host (sum of squares,
  * count of non-finite values) and the attention op's pointer arrays. The ids are read
- * back to the host, checked against the table and, for the scatter-add, grouped there
- * exactly as the cpu backend groups them: each table row adds its dy rows in position
- * order and is rounded once, so the result does not depend on scheduling (no atomics). */
+ * back to the host and checked against the table; the scatter-add groups them on the
+ * device exactly as the cpu backend groups them: each table row adds its dy rows in
+ * position order and is rounded once, so the result does not depend on scheduling (no
+ * atomics). */
 #include "cuda_device.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+#include <stdint.h>
 #include <stdlib.h>
 
 /* ---- embeddings ---- */
@@ -32,28 +35,42 @@ extern "C" int cuda_embedding_fwd(void *vbe, const int32_t *ids, size_t n_ids, m
     return MPX_OK;
 }
 
-/* One thread per (group, column): the table value plus the group's dy rows in order. */
-__global__ void k_scatter_groups(const int32_t *ids, const uint64_t *order, const uint64_t *starts,
-                                 size_t n_groups, size_t dim, const void *dy, mpx_dtype dyt,
-                                 void *table, mpx_dtype tt)
+/* The scatter-add groups the ids on the device: a stable radix sort of (id, position)
+ * pairs by id (CUB), so each id's positions stay in ascending order, and then one thread
+ * per (first position of an id, column) adds the table value and the id's dy rows in
+ * that order, in fp32, rounding once: the cpu backend's grouping and order (cpu_misc.c),
+ * hence its bits. The rows' loads are issued EMB_AHEAD at a time before they are added
+ * in order: an id that takes many rows (the token-type table: two ids over the whole
+ * batch) is one long chain of adds, and its loads need not wait for each other. */
+#define EMB_AHEAD 16
+
+__global__ void k_iota(uint32_t *v, size_t n)
 {
-    GRID_STRIDE(i, n_groups * dim) {
-        size_t g = i / dim, c = i % dim;
-        size_t first = (size_t)starts[g], last = (size_t)starts[g + 1];
-        size_t dst = (size_t)ids[order[first]] * dim + c;
-        float acc = dev_ld(table, tt, dst);
-        for (size_t k = first; k < last; k++) acc += dev_ld(dy, dyt, (size_t)order[k] * dim + c);
-        dev_st(table, tt, dst, acc);
-    }
+    GRID_STRIDE(i, n) v[i] = (uint32_t)i;
 }
 
-typedef struct id_pos { int32_t id; size_t pos; } id_pos;
-
-static int by_id_then_pos(const void *a, const void *b)
+__global__ void k_scatter_sorted(const uint32_t *ids, const uint32_t *pos, size_t n, size_t dim, const void *dy,
+                                 mpx_dtype dyt, void *table, mpx_dtype tt)
 {
-    const id_pos *x = (const id_pos *)a, *y = (const id_pos *)b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
+    GRID_STRIDE(i, n * dim) {
+        size_t k = i / dim, c = i % dim;
+        const uint32_t id = ids[k];
+        if (k > 0 && ids[k - 1] == id) continue;   /* not the id's first row */
+        size_t e = k + 1;
+        while (e < n && ids[e] == id) e++;
+        const size_t dst = (size_t)id * dim + c;
+        float acc = dev_ld(table, tt, dst);
+        size_t j = k;
+        for (; j + EMB_AHEAD <= e; j += EMB_AHEAD) {
+            float v[EMB_AHEAD];
+#pragma unroll
+            for (int q = 0; q < EMB_AHEAD; q++) v[q] = dev_ld(dy, dyt, (size_t)pos[j + q] * dim + c);
+#pragma unroll
+            for (int q = 0; q < EMB_AHEAD; q++) acc += v[q];
+        }
+        for (; j < e; j++) acc += dev_ld(dy, dyt, (size_t)pos[j] * dim + c);
+        dev_st(table, tt, dst, acc);
+    }
 }
 
 extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
@@ -64,35 +81,31 @@ extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, m
     CUDA_CHECK(be, "embedding_bwd", "dtable", dtable, n_ids * dim);
     if (!n_ids || !dim) return MPX_OK;
     if (!ids) return CUDA_FAIL(be, "cuda embedding_bwd: ids is NULL");
-    const int32_t *h_ids = cuda_ids_to_host(be, ids, n_ids, table_rows, "embedding_bwd", "id", 0);
-    if (!h_ids) return MPX_ERR;
-    id_pos *pairs = (id_pos *)malloc(n_ids * sizeof *pairs);
-    uint64_t *plan = (uint64_t *)cuda_hws(be, 1, (2 * n_ids + 1) * sizeof(uint64_t));
-    if (!pairs || !plan) {
-        free(pairs);
-        return CUDA_FAIL(be, "cuda embedding_bwd: out of memory sorting %zu ids", n_ids);
-    }
-    for (size_t i = 0; i < n_ids; i++) pairs[i] = (id_pos){ h_ids[i], i };
-    qsort(pairs, n_ids, sizeof *pairs, by_id_then_pos);
-    uint64_t *order = plan, *starts = plan + n_ids;
-    size_t n_groups = 0;
-    for (size_t k = 0; k < n_ids; k++) {
-        order[k] = pairs[k].pos;
-        if (k == 0 || pairs[k].id != pairs[k - 1].id) starts[n_groups++] = k;
-    }
-    starts[n_groups] = n_ids;
-    free(pairs);
-    size_t bytes = (n_ids + n_groups + 1) * sizeof(uint64_t);
-    uint64_t *d_plan = (uint64_t *)cuda_ws(be, 4, bytes);
-    if (!d_plan) return MPX_ERR_NOMEM;
-    /* order, then starts right after it */
-    CUDA_TRY(be, cudaMemcpyAsync(d_plan, plan, n_ids * sizeof(uint64_t), cudaMemcpyHostToDevice, be->stream), "embedding_bwd (order)");
-    CUDA_TRY(be, cudaMemcpyAsync(d_plan + n_ids, starts, (n_groups + 1) * sizeof(uint64_t), cudaMemcpyHostToDevice, be->stream), "embedding_bwd (groups)");
-    k_scatter_groups<<<cuda_blocks(n_groups * dim), CUDA_THREADS, 0, be->stream>>>(
-        ids, d_plan, d_plan + n_ids, n_groups, dim, dy.p, dy.t, dtable.p, dtable.t);
+    if (n_ids > (size_t)INT32_MAX || table_rows > (size_t)UINT32_MAX)
+        return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 rows)", n_ids,
+                         table_rows);
+    /* the ids are checked on the host (an error names the id and its position) */
+    if (!cuda_ids_to_host(be, ids, n_ids, table_rows, "embedding_bwd", "id", 0)) return MPX_ERR;
+    int bits = 1;   /* the sort looks at the bits an id below table_rows can have */
+    while (bits < 32 && ((size_t)1 << bits) < table_rows) bits++;
+    const int n = (int)n_ids;
+    const uint32_t *keys = (const uint32_t *)ids;   /* checked non-negative: the same order as unsigned */
+    size_t temp = 0;
+    if (cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, (uint32_t *)nullptr, (const uint32_t *)nullptr,
+                                        (uint32_t *)nullptr, n, 0, bits, be->stream) != cudaSuccess)
+        return CUDA_FAIL(be, "cuda embedding_bwd: cub::DeviceRadixSort::SortPairs sizing failed for %d ids", n);
+    /* slot 4: positions in, sorted ids, sorted positions, then CUB's temporary storage */
+    const size_t words = ((3 * n_ids + 63) / 64) * 64;
+    uint32_t *w = (uint32_t *)cuda_ws(be, 4, words * sizeof(uint32_t) + temp);
+    if (!w) return MPX_ERR_NOMEM;
+    uint32_t *pos_in = w, *ids_out = w + n_ids, *pos_out = w + 2 * n_ids;
+    k_iota<<<cuda_blocks(n_ids), CUDA_THREADS, 0, be->stream>>>(pos_in, n_ids);
+    CUDA_LAUNCHED(be, "embedding_bwd (positions)");
+    CUDA_TRY(be, cub::DeviceRadixSort::SortPairs(w + words, temp, keys, ids_out, pos_in, pos_out, n, 0, bits, be->stream),
+             "embedding_bwd (cub::DeviceRadixSort::SortPairs)");
+    k_scatter_sorted<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids_out, pos_out, n_ids, dim, dy.p,
+                                                                               dy.t, dtable.p, dtable.t);
     CUDA_LAUNCHED(be, "embedding_bwd");
-    /* the host plan is pageable memory the next call may overwrite: finish the copies */
-    CUDA_SYNC(be, "embedding_bwd");
     return MPX_OK;
 }
 
