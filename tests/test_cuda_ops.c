@@ -80,6 +80,62 @@ Test(cuda_elementwise, add_axpby_scale_gelu)
     cuda_pair_close(&p);
 }
 
+/* One dtype throughout, as the model's residual adds, GELUs and dropouts run: the cuda
+ * backend then loads 16 bytes at a time where the pointers are 16-byte aligned (shift 0
+ * and 8 elements) and falls back to one element at a time where they are not (1 and 3)
+ * and for the elements past the last whole vector; either way the cpu backend's bits
+ * (GELU: its bound). Dropout at stream offsets on a Philox block (0, 8, 4100: the
+ * vectors) and off one (3). */
+Test(cuda_elementwise, one_dtype_aligned_and_not)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    static const size_t shifts[4] = { 0, 1, 3, 8 };
+    static const uint64_t offsets[4] = { 0, 8, 4100, 3 };
+    for (int i = 0; i < 3; i++) {
+        mpx_dtype t = T3[i];
+        for (int si = 0; si < 4; si++) {
+            const size_t sh = shifts[si], n = N - sh;
+            pbuf a = pb_random(&p, t, N, 40, -3, 3), b = pb_random(&p, t, N, 41, -3, 3), y = pb_zero(&p, t, N);
+            char what[96];
+#define AT(x) mpx_at(A(x), sh)
+            snprintf(what, sizeof what, "add (%s, shift %zu)", mpx_dtype_name(t), sh);
+            ON_BOTH(&p, O->add(BE, AT(a), AT(b), AT(y), n));
+            expect_bits(&p, &y, what);
+            ON_BOTH(&p, O->add(BE, AT(y), AT(b), AT(y), n));   /* y over a */
+            expect_bits(&p, &y, what);
+            snprintf(what, sizeof what, "axpby (%s, shift %zu)", mpx_dtype_name(t), sh);
+            ON_BOTH(&p, O->axpby(BE, 0.75f, AT(a), -1.5f, AT(y), n));
+            expect_bits(&p, &y, what);
+            ON_BOTH(&p, O->axpby(BE, 2.0f, AT(b), 0.0f, AT(y), n));
+            expect_bits(&p, &y, what);
+            snprintf(what, sizeof what, "scale (%s, shift %zu)", mpx_dtype_name(t), sh);
+            ON_BOTH(&p, O->scale(BE, AT(y), 1.0f / 3.0f, n));
+            expect_bits(&p, &y, what);
+            snprintf(what, sizeof what, "gelu_fwd (%s, shift %zu)", mpx_dtype_name(t), sh);
+            ON_BOTH(&p, O->gelu_fwd(BE, AT(a), AT(y), n));
+            expect_close(&p, &y, what);
+            snprintf(what, sizeof what, "gelu_bwd (%s, shift %zu)", mpx_dtype_name(t), sh);
+            ON_BOTH(&p, O->gelu_bwd(BE, AT(b), AT(a), AT(y), n));
+            expect_close(&p, &y, what);
+            for (int o = 0; o < 4; o++) {
+                mpx_rng rng = { 0xfeedfacecafebeefull, 3, 9, offsets[o] };
+                snprintf(what, sizeof what, "dropout_fwd (%s, shift %zu, offset %llu)", mpx_dtype_name(t), sh,
+                         (unsigned long long)offsets[o]);
+                ON_BOTH(&p, O->dropout_fwd(BE, AT(a), AT(y), n, 0.1f, rng));
+                expect_bits(&p, &y, what);
+                ON_BOTH(&p, O->dropout_bwd(BE, AT(b), AT(b), n, 0.5f, rng));   /* in place */
+                expect_bits(&p, &b, what);
+            }
+#undef AT
+            pb_free(&p, &a);
+            pb_free(&p, &b);
+            pb_free(&p, &y);
+        }
+    }
+    cuda_pair_close(&p);
+}
+
 Test(cuda_philox, dropout_draws_the_cpu_numbers_bitwise)
 {
     cuda_pair p;

@@ -1,10 +1,126 @@
 /* Elementwise ops: cast, add, axpby, scale, GELU, dropout, apply_update, and the GEMM
- * operand conversion. One thread per element (grid-stride), fp32 inside, each output
+ * operand conversion. One thread per element (grid-stride; 16 bytes of elements where
+ * the operands share a dtype and alignment allows, below), fp32 inside, each output
  * rounded once; the Philox ops give one thread one Philox block (4 stream elements),
  * the draws those elements take on the cpu backend. */
 #include "cuda_device.cuh"
 
 #include <math.h>
+
+/* ---- 16-byte loads where every operand has one dtype ----
+ * When the operands of add, axpby, scale, GELU or dropout share one storage dtype and
+ * start 16-byte aligned, a thread takes 16 bytes of each (8 fp16/bf16 or 4 fp32
+ * elements) in one load and one store, the dtype fixed at compile time; the elements
+ * past the last whole vector, and every other case, go through the scalar kernels. The
+ * arithmetic is the scalar kernels' expression for expression (conversions from
+ * mpx/numerics.h), so the bits are theirs. */
+
+template <mpx_dtype T> struct dt;
+template <> struct dt<MPX_F32> {
+    typedef float S;
+    static __device__ __forceinline__ float ld(float v) { return v; }
+    static __device__ __forceinline__ float st(float v) { return v; }
+};
+template <> struct dt<MPX_BF16> {
+    typedef uint16_t S;
+    static __device__ __forceinline__ float ld(uint16_t v) { return mpx_bf16_to_f32(v); }
+    static __device__ __forceinline__ uint16_t st(float v) { return mpx_f32_to_bf16(v); }
+};
+template <> struct dt<MPX_F16> {
+    typedef uint16_t S;
+    static __device__ __forceinline__ float ld(uint16_t v) { return mpx_f16_to_f32(v); }
+    static __device__ __forceinline__ uint16_t st(float v) { return mpx_f32_to_f16(v); }
+};
+
+#define VEC_BYTES 16
+template <typename S> struct alignas(VEC_BYTES) vec_t { S v[VEC_BYTES / sizeof(S)]; };
+
+/* Elements per vector of dtype t (fp32, fp16, bf16). */
+static size_t vec_width(mpx_dtype t) { return VEC_BYTES / mpx_dtype_size(t); }
+
+/* Whole vectors of n elements when every pointer is aligned (else 0). */
+static size_t vec_count(size_t n, mpx_dtype t, const void *a, const void *b, const void *c)
+{
+    const void *ps[3] = { a, b, c };
+    for (int i = 0; i < 3; i++)
+        if (ps[i] && ((uintptr_t)ps[i] % VEC_BYTES)) return 0;
+    return n / vec_width(t);
+}
+
+/* Launches kernel template K for dtype t over nv vectors. */
+#define VEC_LAUNCH(t, nv, K, ...)                                                                   \
+    do {                                                                                             \
+        unsigned g_ = cuda_blocks(nv);                                                               \
+        if ((t) == MPX_F32) K<MPX_F32><<<g_, CUDA_THREADS, 0, be->stream>>>(__VA_ARGS__);            \
+        else if ((t) == MPX_BF16) K<MPX_BF16><<<g_, CUDA_THREADS, 0, be->stream>>>(__VA_ARGS__);     \
+        else K<MPX_F16><<<g_, CUDA_THREADS, 0, be->stream>>>(__VA_ARGS__);                           \
+    } while (0)
+
+/* Vector j of x, its elements widened to fp32 into f (W of them). */
+#define VEC_IN(T, x, j, f)                                                                          \
+    typedef typename dt<T>::S S;                                                                     \
+    const int W = VEC_BYTES / (int)sizeof(S);                                                        \
+    float f[VEC_BYTES / 2];                                                                          \
+    {                                                                                                \
+        vec_t<S> in_ = ((const vec_t<S> *)(x))[j];                                                   \
+        _Pragma("unroll") for (int k = 0; k < W; k++) f[k] = dt<T>::ld(in_.v[k]);                   \
+    }
+/* The W values of f rounded and stored as vector j of y. */
+#define VEC_OUT(T, y, j, f)                                                                         \
+    {                                                                                                \
+        vec_t<S> out_;                                                                               \
+        _Pragma("unroll") for (int k = 0; k < W; k++) out_.v[k] = dt<T>::st(f[k]);                  \
+        ((vec_t<S> *)(y))[j] = out_;                                                                 \
+    }
+
+template <mpx_dtype T>
+__global__ void kv_add(const void *a, const void *b, void *y, size_t nv)
+{
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, a, j, fa);
+        float fb[VEC_BYTES / 2];
+        {
+            vec_t<S> in_ = ((const vec_t<S> *)b)[j];
+#pragma unroll
+            for (int k = 0; k < W; k++) fb[k] = dt<T>::ld(in_.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) fa[k] = fa[k] + fb[k];
+        VEC_OUT(T, y, j, fa);
+    }
+}
+
+template <mpx_dtype T>
+__global__ void kv_axpby(float alpha, const void *x, float beta, void *y, size_t nv)
+{
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, x, j, fx);
+        float fy[VEC_BYTES / 2] = { 0 };
+        if (beta != 0.0f) {   /* beta 0 does not read y, as the scalar kernel */
+            vec_t<S> in_ = ((const vec_t<S> *)y)[j];
+#pragma unroll
+            for (int k = 0; k < W; k++) fy[k] = dt<T>::ld(in_.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float v = alpha * fx[k];
+            if (beta != 0.0f) v = v + beta * fy[k];
+            fx[k] = v;
+        }
+        VEC_OUT(T, y, j, fx);
+    }
+}
+
+template <mpx_dtype T>
+__global__ void kv_scale(void *x, float alpha, size_t nv)
+{
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, x, j, f);
+#pragma unroll
+        for (int k = 0; k < W; k++) f[k] = f[k] * alpha;
+        VEC_OUT(T, x, j, f);
+    }
+}
 
 /* ---- cast, add, axpby, scale ---- */
 
@@ -58,7 +174,11 @@ extern "C" int cuda_add(void *vbe, mpx_arg a, mpx_arg b, mpx_arg y, size_t n)
     CUDA_CHECK(be, "add", "b", b, n);
     CUDA_CHECK(be, "add", "y", y, n);
     if (!n) return MPX_OK;
-    k_add<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(a.p, a.t, b.p, b.t, y.p, y.t, n);
+    size_t nv = a.t == b.t && a.t == y.t ? vec_count(n, a.t, a.p, b.p, y.p) : 0, done = nv * vec_width(a.t);
+    if (nv) VEC_LAUNCH(a.t, nv, kv_add, a.p, b.p, y.p, nv);
+    if (done < n)
+        k_add<<<cuda_blocks(n - done), CUDA_THREADS, 0, be->stream>>>(mpx_at(a, done).p, a.t, mpx_at(b, done).p, b.t,
+                                                                      mpx_at(y, done).p, y.t, n - done);
     CUDA_LAUNCHED(be, "add");
     return MPX_OK;
 }
@@ -69,7 +189,11 @@ extern "C" int cuda_axpby(void *vbe, float alpha, mpx_arg x, float beta, mpx_arg
     CUDA_CHECK(be, "axpby", "x", x, n);
     CUDA_CHECK(be, "axpby", "y", y, n);
     if (!n) return MPX_OK;
-    k_axpby<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(alpha, x.p, x.t, beta, y.p, y.t, n);
+    size_t nv = x.t == y.t ? vec_count(n, x.t, x.p, y.p, NULL) : 0, done = nv * vec_width(x.t);
+    if (nv) VEC_LAUNCH(x.t, nv, kv_axpby, alpha, x.p, beta, y.p, nv);
+    if (done < n)
+        k_axpby<<<cuda_blocks(n - done), CUDA_THREADS, 0, be->stream>>>(alpha, mpx_at(x, done).p, x.t, beta,
+                                                                        mpx_at(y, done).p, y.t, n - done);
     CUDA_LAUNCHED(be, "axpby");
     return MPX_OK;
 }
@@ -79,7 +203,10 @@ extern "C" int cuda_scale(void *vbe, mpx_arg x, float alpha, size_t n)
     cuda_be *be = (cuda_be *)vbe;
     CUDA_CHECK(be, "scale", "x", x, n);
     if (!n) return MPX_OK;
-    k_scale<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, alpha, n);
+    size_t nv = vec_count(n, x.t, x.p, NULL, NULL), done = nv * vec_width(x.t);
+    if (nv) VEC_LAUNCH(x.t, nv, kv_scale, x.p, alpha, nv);
+    if (done < n)
+        k_scale<<<cuda_blocks(n - done), CUDA_THREADS, 0, be->stream>>>(mpx_at(x, done).p, x.t, alpha, n - done);
     CUDA_LAUNCHED(be, "scale");
     return MPX_OK;
 }
@@ -107,13 +234,49 @@ __global__ void k_gelu_bwd(const void *dy, mpx_dtype dyt, const void *x, mpx_dty
     }
 }
 
+template <mpx_dtype T>
+__global__ void kv_gelu_fwd(const void *x, void *y, size_t nv)
+{
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, x, j, f);
+#pragma unroll
+        for (int k = 0; k < W; k++) f[k] = f[k] * dev_phi(f[k]);
+        VEC_OUT(T, y, j, f);
+    }
+}
+
+template <mpx_dtype T>
+__global__ void kv_gelu_bwd(const void *dy, const void *x, void *dx, size_t nv)
+{
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, x, j, f);
+        float g[VEC_BYTES / 2];
+        {
+            vec_t<S> in_ = ((const vec_t<S> *)dy)[j];
+#pragma unroll
+            for (int k = 0; k < W; k++) g[k] = dt<T>::ld(in_.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float v = f[k], pdf = expf(-0.5f * v * v);
+            f[k] = g[k] * (dev_phi(v) + v * (inv_sqrt_2pi * pdf));
+        }
+        VEC_OUT(T, dx, j, f);
+    }
+}
+
 extern "C" int cuda_gelu_fwd(void *vbe, mpx_arg x, mpx_arg y, size_t n)
 {
     cuda_be *be = (cuda_be *)vbe;
     CUDA_CHECK(be, "gelu_fwd", "x", x, n);
     CUDA_CHECK(be, "gelu_fwd", "y", y, n);
     if (!n) return MPX_OK;
-    k_gelu_fwd<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n);
+    size_t nv = x.t == y.t ? vec_count(n, x.t, x.p, y.p, NULL) : 0, done = nv * vec_width(x.t);
+    if (nv) VEC_LAUNCH(x.t, nv, kv_gelu_fwd, x.p, y.p, nv);
+    if (done < n)
+        k_gelu_fwd<<<cuda_blocks(n - done), CUDA_THREADS, 0, be->stream>>>(mpx_at(x, done).p, x.t, mpx_at(y, done).p,
+                                                                           y.t, n - done);
     CUDA_LAUNCHED(be, "gelu_fwd");
     return MPX_OK;
 }
@@ -125,7 +288,11 @@ extern "C" int cuda_gelu_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg dx, size_
     CUDA_CHECK(be, "gelu_bwd", "x", x, n);
     CUDA_CHECK(be, "gelu_bwd", "dx", dx, n);
     if (!n) return MPX_OK;
-    k_gelu_bwd<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(dy.p, dy.t, x.p, x.t, dx.p, dx.t, n);
+    size_t nv = dy.t == x.t && x.t == dx.t ? vec_count(n, x.t, dy.p, x.p, dx.p) : 0, done = nv * vec_width(x.t);
+    if (nv) VEC_LAUNCH(x.t, nv, kv_gelu_bwd, dy.p, x.p, dx.p, nv);
+    if (done < n)
+        k_gelu_bwd<<<cuda_blocks(n - done), CUDA_THREADS, 0, be->stream>>>(
+            mpx_at(dy, done).p, dy.t, mpx_at(x, done).p, x.t, mpx_at(dx, done).p, dx.t, n - done);
     CUDA_LAUNCHED(be, "gelu_bwd");
     return MPX_OK;
 }
@@ -160,14 +327,40 @@ __global__ void k_dropout(const void *x, mpx_dtype xt, void *y, mpx_dtype yt, si
     philox_elements(rng, n, [&](size_t i, uint32_t w) { dev_st(y, yt, i, dev_dropped(dev_ld(x, xt, i), w, keep_from, scale)); });
 }
 
+/* Vector j holds the stream's elements rng.offset + j W .. + W - 1; with rng.offset a
+ * multiple of 4 they are W / 4 whole Philox blocks. */
+template <mpx_dtype T>
+__global__ void kv_dropout(const void *x, void *y, size_t nv, uint32_t keep_from, float scale, mpx_rng rng)
+{
+    GRID_STRIDE(j, nv) {
+        VEC_IN(T, x, j, f);
+        const uint64_t b0 = (rng.offset >> 2) + (uint64_t)j * (uint64_t)(W / 4);
+#pragma unroll
+        for (int q = 0; q < W / 4; q++) {
+            mpx_philox_out r = mpx_philox_block(rng.seed, rng.site, rng.tick, b0 + (uint64_t)q);
+#pragma unroll
+            for (int k = 0; k < 4; k++) f[4 * q + k] = dev_dropped(f[4 * q + k], r.v[k], keep_from, scale);
+        }
+        VEC_OUT(T, y, j, f);
+    }
+}
+
 static int dropout(cuda_be *be, const char *op, mpx_arg x, mpx_arg y, size_t n, float p, mpx_rng rng)
 {
     CUDA_CHECK(be, op, "input", x, n);
     CUDA_CHECK(be, op, "output", y, n);
     if (!(p >= 0.0f && p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)p);
     if (!n) return MPX_OK;
-    k_dropout<<<cuda_blocks(philox_blocks(rng, n)), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, y.p, y.t, n, cuda_keep_from(p),
-                                                                                   cuda_dropout_scale(p), rng);
+    const uint32_t keep_from = cuda_keep_from(p);
+    const float scale = cuda_dropout_scale(p);
+    size_t nv = x.t == y.t && rng.offset % 4 == 0 ? vec_count(n, x.t, x.p, y.p, NULL) : 0, done = nv * vec_width(x.t);
+    if (nv) VEC_LAUNCH(x.t, nv, kv_dropout, x.p, y.p, nv, keep_from, scale, rng);
+    if (done < n) {
+        mpx_rng rest = rng;
+        rest.offset += done;
+        k_dropout<<<cuda_blocks(philox_blocks(rest, n - done)), CUDA_THREADS, 0, be->stream>>>(
+            mpx_at(x, done).p, x.t, mpx_at(y, done).p, y.t, n - done, keep_from, scale, rest);
+    }
     CUDA_LAUNCHED(be, op);
     return MPX_OK;
 }
