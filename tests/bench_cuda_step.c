@@ -11,7 +11,7 @@
  *
  *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]
  *                   [--attention ops|per-example|batched]   (backend.cuda.attention)
- *                   [--softmax-dropout ops|fused]           (backend.cuda.softmax_dropout)
+ *                   [--fused]                               (backend.cuda.fused = true)
  * (from the repository root) prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
  * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
  * without a ceiling: a check of this program on a machine without a GPU. --profile adds,
@@ -154,7 +154,7 @@ typedef struct result {
 
 static const char *backend_name = "cuda";
 static const char *attention = "ops";   /* backend.cuda.attention (--attention) */
-static const char *softmax_dropout = "ops";   /* backend.cuda.softmax_dropout (--softmax-dropout) */
+static int fused;   /* backend.cuda.fused (--fused) */
 
 static int write_cfg(const char *path, const char *ckpt, const char *prec, int batch)
 {
@@ -165,9 +165,9 @@ static int write_cfg(const char *path, const char *ckpt, const char *prec, int b
                "model = { plugin = \"bert-qa\"; checkpoint = \"%s\"; bert-qa = { random_init = true; }; };\n"
                "train = { batch_size = %d; gradient_clipping = 1.0; };\n"
                "precision = { plugin = \"%s\"; };\n"
-               "backend = { plugin = \"%s\"; cuda = { attention = \"%s\"; softmax_dropout = \"%s\"; }; };\n"
+               "backend = { plugin = \"%s\"; cuda = { attention = \"%s\"; fused = %s; }; };\n"
                "optimizer = { plugin = \"adam\"; lr = 1e-4; adam = { weight_decay = 0.01; }; };\n",
-            ckpt, batch, prec, backend_name, attention, softmax_dropout);
+            ckpt, batch, prec, backend_name, attention, fused ? "true" : "false");
     return fclose(f);
 }
 
@@ -268,10 +268,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend_name = argv[++i];
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
-        else if (!strcmp(argv[i], "--softmax-dropout") && i + 1 < argc) softmax_dropout = argv[++i];
+        else if (!strcmp(argv[i], "--fused")) fused = 1;
         else {
             fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile] "
-                    "[--attention ops|per-example|batched] [--softmax-dropout ops|fused]\n");
+                    "[--attention ops|per-example|batched] [--fused]\n");
             return 2;
         }
     }

@@ -10,7 +10,8 @@
 #include <time.h>
 
 enum {
-    C_GEMM, C_ATTN_GEMM, C_ATTN_FWD, C_ATTN_BWD, C_SOFTMAX, C_SOFTMAX_DROPOUT, C_LAYERNORM, C_GELU, C_DROPOUT, C_BIAS,
+    C_GEMM, C_ATTN_GEMM, C_ATTN_FWD, C_ATTN_BWD, C_SOFTMAX, C_SOFTMAX_DROPOUT, C_LAYERNORM, C_DROPOUT_ADD_LN, C_GELU,
+    C_DROPOUT, C_BIAS,
     C_ELEMENTWISE,
     C_CAST, C_EMBEDDING, C_LOSS, C_REDUCE, C_OPTIMIZER, C_WRITE_BACK, C_MEMORY, N_CLASSES
 };
@@ -23,6 +24,7 @@ static const char *const class_name[N_CLASSES] = {
     [C_SOFTMAX] = "softmax fwd/bwd",
     [C_SOFTMAX_DROPOUT] = "softmax + attention dropout, fused",
     [C_LAYERNORM] = "layernorm fwd/bwd",
+    [C_DROPOUT_ADD_LN] = "dropout + residual + layernorm, fused",
     [C_GELU] = "GELU fwd/bwd",
     [C_DROPOUT] = "dropout fwd/bwd",
     [C_BIAS] = "bias add / bias grad",
@@ -171,6 +173,11 @@ static int w_dsm_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t r, siz
 {
     TIMED(C_SOFTMAX_DROPOUT, real->dropout_softmax_bwd(be, dyd, y, dx, r, c, sc, p, rng));
 }
+static int w_daln(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg res, mpx_arg r, mpx_arg g, mpx_arg b, mpx_arg y,
+                  float *mean, float *rstd, size_t rows, size_t cols, float eps)
+{
+    TIMED(C_DROPOUT_ADD_LN, real->dropout_add_layernorm_fwd(be, x, p, rng, res, r, g, b, y, mean, rstd, rows, cols, eps));
+}
 static int w_attn_fwd(void *be, const mpx_attention *a) { TIMED(C_ATTN_FWD, real->attention_fwd(be, a)); }
 static int w_attn_bwd(void *be, const mpx_attention *a) { TIMED(C_ATTN_BWD, real->attention_bwd(be, a)); }
 static int w_gelu_fwd(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_GELU, real->gelu_fwd(be, x, y, n)); }
@@ -266,6 +273,8 @@ int bench_profile_install(mpx_session *s)
         if (real->attention_bwd) wrapped.attention_bwd = w_attn_bwd;
     }
     if (MPX_OPS_HAS(real, gemm_bias) && real->gemm_bias) wrapped.gemm_bias = w_gemm_bias;
+    if (MPX_OPS_HAS(real, dropout_add_layernorm_fwd) && real->dropout_add_layernorm_fwd)
+        wrapped.dropout_add_layernorm_fwd = w_daln;
     s->ops = &wrapped;
     mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     opt_rec = *o->rec;

@@ -191,6 +191,79 @@ static int same_bits(mpx_arg a, mpx_arg b, size_t n, size_t *at)
     return 1;
 }
 
+/* ABI 1.17: dropout, residual add and layernorm in one pass must be the three ops one after
+ * the other, bit for bit (r, y, mean and rstd): every dtype of x, the residual, the sum
+ * and the output with fp32 and bf16 parameters, p = 0 (no dropout) and 0.3 at a stream
+ * offset that starts rows mid Philox block, two threads; the sum over the residual or over
+ * x where their dtypes allow; and what the contract forbids refused. The three ops are
+ * checked against their references above and in test_cpu_ops.c. */
+Test(layernorm, fused_with_dropout_and_residual_is_the_three_ops_bit_for_bit)
+{
+    tb t = tb_open(2);
+    cr_assert(MPX_OPS_HAS(t.ops, dropout_add_layernorm_fwd) && t.ops->dropout_add_layernorm_fwd,
+              "the cpu backend offers the fused op");
+    const size_t n = R * C;
+    const mpx_rng rng = { 0x5eedULL, 12, 4, 7 };
+    const float ps[2] = { 0.0f, 0.3f };
+    const mpx_dtype params[2] = { MPX_F32, MPX_BF16 };
+    float m1[R], s1[R], m2[R], s2[R];
+    size_t at = 0;
+    for (int ix = 0; ix < 3; ix++)
+        for (int ie = 0; ie < 3; ie++)
+            for (int ir = 0; ir < 3; ir++)
+                for (int iy = 0; iy < 3; iy++)
+                    for (int k = 0; k < 4; k++) {
+                        const float p = ps[k & 1];
+                        const mpx_dtype xt = FLOAT_TYPES[ix], et = FLOAT_TYPES[ie], rt = FLOAT_TYPES[ir];
+                        mpx_arg x = tb_alloc(&t, xt, n), res = tb_alloc(&t, et, n), d = tb_alloc(&t, xt, n);
+                        mpx_arg r1 = tb_alloc(&t, rt, n), r2 = tb_alloc(&t, rt, n);
+                        mpx_arg y1 = tb_alloc(&t, FLOAT_TYPES[iy], n), y2 = tb_alloc(&t, FLOAT_TYPES[iy], n);
+                        mpx_arg g = tb_alloc(&t, params[k >> 1], C), b = tb_alloc(&t, params[k >> 1], C);
+                        fill_random(x, n, NULL, 90 + ix, -3, 3);
+                        fill_random(res, n, NULL, 95 + ie, -2, 2);
+                        fill_random(g, C, NULL, 98, 0.5, 1.5);
+                        fill_random(b, C, NULL, 99, -0.5, 0.5);
+                        mpx_arg dd = x;
+                        if (p > 0.0f) {
+                            cr_assert_eq(t.ops->dropout_fwd(t.be, x, d, n, p, rng), 0, "%s", tb_error(&t));
+                            dd = d;
+                        }
+                        cr_assert_eq(t.ops->add(t.be, dd, res, r1, n), 0, "%s", tb_error(&t));
+                        cr_assert_eq(t.ops->layernorm_fwd(t.be, r1, g, b, y1, m1, s1, R, C, 1e-12f), 0, "%s",
+                                     tb_error(&t));
+                        cr_assert_eq(t.ops->dropout_add_layernorm_fwd(t.be, x, p, rng, res, r2, g, b, y2, m2, s2, R, C,
+                                                                      1e-12f), 0, "%s", tb_error(&t));
+                        cr_assert(same_bits(r1, r2, n, &at), "x %d resid %d r %d y %d case %d: the sum differs at %zu",
+                                  ix, ie, ir, iy, k, at);
+                        cr_assert(same_bits(y1, y2, n, &at), "x %d resid %d r %d y %d case %d: y differs at %zu", ix,
+                                  ie, ir, iy, k, at);
+                        cr_assert(!memcmp(m1, m2, sizeof m1) && !memcmp(s1, s2, sizeof s1),
+                                  "x %d resid %d r %d y %d case %d: mean or rstd differs", ix, ie, ir, iy, k);
+                        if (ir == ie) {   /* the sum over the residual */
+                            cr_assert_eq(t.ops->dropout_add_layernorm_fwd(t.be, x, p, rng, res, res, g, b, y2, m2, s2,
+                                                                          R, C, 1e-12f), 0, "%s", tb_error(&t));
+                            cr_assert(same_bits(r1, res, n, &at) && same_bits(y1, y2, n, &at),
+                                      "x %d r %d case %d: r over the residual differs at %zu", ix, ir, k, at);
+                        }
+                        if (ir == ix) {   /* the sum over x */
+                            fill_random(x, n, NULL, 90 + ix, -3, 3);
+                            fill_random(res, n, NULL, 95 + ie, -2, 2);
+                            cr_assert_eq(t.ops->dropout_add_layernorm_fwd(t.be, x, p, rng, res, x, g, b, y2, m2, s2, R,
+                                                                          C, 1e-12f), 0, "%s", tb_error(&t));
+                            cr_assert(same_bits(r1, x, n, &at) && same_bits(y1, y2, n, &at),
+                                      "resid %d r %d case %d: r over x differs at %zu", ie, ir, k, at);
+                        }
+                    }
+    mpx_arg a = tb_alloc(&t, MPX_F32, n), b16 = tb_alloc(&t, MPX_BF16, n), g = tb_alloc(&t, MPX_F32, C);
+    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 1.5f, rng, a, b16, g, g, b16, m1, s1, R, C, 1e-12f), 0,
+                  "p = 1.5 is refused");
+    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 0.1f, rng, a, mpx_a(a.p, MPX_BF16), g, g, b16, m1, s1, R,
+                                                   C, 1e-12f), 0, "r over x in another dtype is refused");
+    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 0.1f, rng, a, b16, g, g, b16, m1, s1, R, C, 1e-12f), 0,
+                  "y over r is refused");
+    tb_close(&t);
+}
+
 /* ABI 1.10's fused softmax + dropout against the two ops run one after the other (each
  * checked against its reference above and in test_cpu_ops.c): the same bits for every
  * combination of fp32, fp16 and bf16, with 33 columns so that rows start mid Philox

@@ -110,11 +110,11 @@ Test(cuda_bert, bf16_master_step_with_the_batched_attention_op, .timeout = 120)
 }
 Test(cuda_bert, amp_step_with_the_batched_attention_op, .timeout = 120) { run_policy_with("amp", 2e-2, ATTN("batched")); }
 
-/* backend.cuda.softmax_dropout = "fused" changes no bit (ABI 1.10's contract): two cuda
- * runs, the default and the fused one, print the same loss, grad-norm and loss-scale
- * columns (9 significant digits of every step's loss and gradient norm), and the fused
- * run's record says so. */
-static void fused_dropout_is_the_default(const char *policy, const char *attention)
+/* backend.cuda.fused = true changes no bit (the contract of ABI 1.10's softmax + dropout
+ * and 1.17's dropout + residual + layernorm): two cuda runs, the default and the fused
+ * one, print the same loss, grad-norm and loss-scale columns (9 significant digits of
+ * every step's loss and gradient norm), and the fused run's record says so. */
+static void fused_is_the_default(const char *policy, const char *attention)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);   /* skips without a device */
@@ -128,13 +128,13 @@ static void fused_dropout_is_the_default(const char *policy, const char *attenti
     for (int s = 0; s < 2; s++) {
         char out[4096], opts[256] = "";
         if (cuda)
-            snprintf(opts, sizeof opts, "-s 'backend.cuda.attention=\"%s\"' -s 'backend.cuda.softmax_dropout=\"%s\"'",
-                     attention, s ? "fused" : "ops");
+            snprintf(opts, sizeof opts, "-s 'backend.cuda.attention=\"%s\"' -s backend.cuda.fused=%s", attention,
+                     s ? "true" : "false");
         int rc = ts_sh(out, sizeof out,
                        "build/bin/mpx run configs/tiny_squad.cfg -s train.max_steps=%d -s 'precision.plugin=\"%s\"' "
                        "-s 'backend.plugin=\"%s\"' %s --out %s/run%d 2>&1",
                        STEPS, policy, cuda ? "cuda" : "cpu", opts, tmp, s);
-        cr_assert_eq(rc, 0, "%s (softmax_dropout %s): %s", policy, s ? "fused" : "ops", out);
+        cr_assert_eq(rc, 0, "%s (fused %s): %s", policy, s ? "on" : "off", out);
         char path[600];
         snprintf(path, sizeof path, "%s/run%d/metrics.csv", tmp, s);
         char *text = ts_slurp(path, NULL);
@@ -151,13 +151,12 @@ static void fused_dropout_is_the_default(const char *policy, const char *attenti
         if (cuda && s) {
             snprintf(path, sizeof path, "%s/run%d/run.json", tmp, s);
             char *rec = ts_slurp(path, NULL);
-            cr_expect(rec && strstr(rec, "softmax_dropout fused"), "%s: run.json does not say \"softmax_dropout fused\"",
-                      policy);
+            cr_expect(rec && strstr(rec, "fused ops on"), "%s: run.json does not say \"fused ops on\"", policy);
             free(rec);
         }
     }
     for (int i = 0; i < STEPS; i++) {
-        cr_expect_str_eq(cols[1][i], cols[0][i], "%s, attention %s: step %d with the fused softmax + dropout differs",
+        cr_expect_str_eq(cols[1][i], cols[0][i], "%s, attention %s: step %d with the fused ops differs",
                          policy, attention, i);
         free(cols[0][i]);
         free(cols[1][i]);
@@ -165,11 +164,11 @@ static void fused_dropout_is_the_default(const char *policy, const char *attenti
     ts_sh(NULL, 0, "rm -rf %s", tmp);
 }
 
-Test(cuda_bert, bf16_master_with_fused_softmax_dropout_is_the_default_run, .timeout = 120)
+Test(cuda_bert, bf16_master_with_the_fused_ops_is_the_default_run, .timeout = 120)
 {
-    fused_dropout_is_the_default("bf16-master", "ops");
+    fused_is_the_default("bf16-master", "ops");
 }
-Test(cuda_bert, amp_with_fused_softmax_dropout_in_the_attention_op_is_that_op_without, .timeout = 120)
+Test(cuda_bert, amp_with_the_fused_ops_and_the_attention_op_is_that_op_without, .timeout = 120)
 {
-    fused_dropout_is_the_default("amp", "per-example");
+    fused_is_the_default("amp", "per-example");
 }

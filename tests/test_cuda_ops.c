@@ -418,9 +418,10 @@ static void embeddings_case(cuda_pair *p, size_t rows, size_t n_ids, const int32
     }
 }
 
-/* Three tables as the model has them, the ids in no order: a small one with many repeats,
- * two rows over 1,037 positions (the token types: chains longer than the scatter's loads
- * ahead, and a tail), and a vocabulary-sized one (the sort's 15 bits) */
+/* Tables as the model has them, the ids in no order: a small one with many repeats, two
+ * rows over 1,037 positions (the token types: chains longer than the scatter's loads
+ * ahead, and a tail), and a vocabulary-sized one (the sort's 15 bits) with 300 ids and
+ * with a batch's 12,288 */
 Test(cuda_misc, embeddings_with_repeated_ids)
 {
     cuda_pair p;
@@ -432,6 +433,12 @@ Test(cuda_misc, embeddings_with_repeated_ids)
     embeddings_case(&p, 2, 1037, ids);
     for (size_t i = 0; i < 300; i++) ids[i] = (int32_t)(((i % 41) * 743 + (i % 2) * 29000) % 30522);
     embeddings_case(&p, 30522, 300, ids);
+    /* a batch's worth (32 x 384 ids: the sort's multi-pass path), words drawn with repeats */
+    int32_t *big = malloc(12288 * sizeof *big);
+    cr_assert_not_null(big);
+    for (size_t i = 0; i < 12288; i++) big[i] = (int32_t)((i * 2654435761u >> 7) % (i % 3 ? 30522 : 997));
+    embeddings_case(&p, 30522, 12288, big);
+    free(big);
     cuda_pair_close(&p);
 }
 
@@ -476,7 +483,7 @@ Test(cuda_misc, sum_squares_and_count_nonfinite)
     cuda_pair_close(&p);
 }
 
-/* ---- softmax and dropout in one pass (ABI 1.10), backend.cuda.softmax_dropout = "fused" ----
+/* ---- the fused ops (ABI 1.10 and 1.17), backend.cuda.fused = true ----
  * The contract is the two ops' bits on the same backend: on the device, the fused op
  * against softmax_fwd then dropout_fwd (backward: dropout_bwd then softmax_bwd), bit for
  * bit, in the softmax island's dtype mixes, in place and not, at a stream offset inside a
@@ -487,24 +494,31 @@ static const sd_case SD_CASES[] = {
     { MPX_F32, MPX_F32 }, { MPX_BF16, MPX_BF16 }, { MPX_F16, MPX_F16 }, { MPX_BF16, MPX_F32 }, { MPX_F16, MPX_F32 },
 };
 
-/* The device side's values of a and b are identical. */
-static void expect_same_on_device(cuda_pair *p, const pbuf *a, const pbuf *b, const char *what, size_t ci)
+/* The device side's values of a and b are identical (`label` names the case). */
+static void expect_same_on_device_as(cuda_pair *p, const pbuf *a, const pbuf *b, const char *what, const char *label)
 {
     double *x = pb_fetch(p, a), *y = pb_fetch(p, b);
     size_t first = a->n;
     for (size_t i = 0; i < a->n && first == a->n; i++)
         if (memcmp(&x[a->n + i], &y[b->n + i], sizeof *x)) first = i;
-    cr_expect(first == a->n, "case %zu (%s -> %s): %s differs at element %zu: %.9g vs %.9g", ci,
-              mpx_dtype_name(SD_CASES[ci].x), mpx_dtype_name(SD_CASES[ci].y), what, first,
+    cr_expect(first == a->n, "%s: %s differs at element %zu: %.9g vs %.9g", label, what, first,
               first < a->n ? x[a->n + first] : 0.0, first < a->n ? y[b->n + first] : 0.0);
     free(x);
     free(y);
 }
 
+static void expect_same_on_device(cuda_pair *p, const pbuf *a, const pbuf *b, const char *what, size_t ci)
+{
+    char label[64];
+    snprintf(label, sizeof label, "case %zu (%s -> %s)", ci, mpx_dtype_name(SD_CASES[ci].x),
+             mpx_dtype_name(SD_CASES[ci].y));
+    expect_same_on_device_as(p, a, b, what, label);
+}
+
 Test(cuda_rows, softmax_dropout_fused_is_the_two_ops_bit_for_bit, .timeout = 120)
 {
     cuda_pair p;
-    cuda_pair_open(&p, "device = -1; tf32 = false; softmax_dropout = \"fused\";");
+    cuda_pair_open(&p, "device = -1; tf32 = false; fused = true;");
     cuda_side *g = &p.side[1];
     for (int s = 0; s < 2; s++)
         cr_assert(MPX_OPS_HAS(p.side[s].ops, dropout_softmax_bwd) && p.side[s].ops->softmax_dropout_fwd &&
@@ -515,11 +529,13 @@ Test(cuda_rows, softmax_dropout_fused_is_the_two_ops_bit_for_bit, .timeout = 120
         const sd_case *c = &SD_CASES[ci];
         for (int pi = 0; pi < 2; pi++) {
             const float pr = ps[pi];
-            const mpx_rng rng = { 99, 5, 2, 3 + 4 * (uint64_t)pi };   /* offsets 3 and 7: inside a block */
-            pbuf x = pb_random(&p, c->x, n, 300 + ci, -8, 8), mask = pb_random(&p, MPX_F32, B * cols, 301, -10000, 0);
+            const mpx_rng rng = { 99, 5, 2, 1 + 5 * (uint64_t)pi };   /* offsets 1 and 6: inside a block */
+            /* a mask of a few -10000 among small values: most probabilities are not 0 */
+            pbuf x = pb_random(&p, c->x, n, 300 + ci, -8, 8), mask = pb_random(&p, MPX_F32, B * cols, 301, -4, 0);
             pbuf y1 = pb_zero(&p, c->y, n), yd1 = pb_zero(&p, c->y, n), y2 = pb_zero(&p, c->y, n);
             pbuf yd2 = pb_zero(&p, c->y, n);
             pb_poke(&p, &mask, 5, -10000.0f);
+            pb_poke(&p, &mask, cols + 17, -10000.0f);
             ON_BOTH(&p, O->softmax_dropout_fwd(BE, A(x), A(mask), A(y1), A(yd1), B, H, R, cols, 0.125f, pr, rng));
             expect_close(&p, &yd1, "softmax_dropout_fwd against the cpu backend's");
             cr_assert_eq(g->ops->softmax_fwd(g->be, x.a[1], mask.a[1], y2.a[1], B, H, R, cols, 0.125f), 0);
@@ -571,14 +587,85 @@ Test(cuda_rows, softmax_dropout_fused_is_the_two_ops_bit_for_bit, .timeout = 120
     cuda_pair_close(&p);
 }
 
-/* "ops" (the default) runs them as two kernels: the table has no fused pair. */
-Test(cuda_rows, the_default_instance_has_no_fused_softmax_dropout)
+/* Dropout, residual add and layernorm in one pass: on the device the three ops' bits (r,
+ * y, mean, rstd), and the cpu backend's (none of the three has exp, log or erf), in the
+ * model's dtype mixes, with and without dropout at a stream offset inside a Philox
+ * block, the sum over the residual where the dtypes allow; and the refusals. */
+Test(cuda_rows, dropout_add_layernorm_fused_is_the_three_ops_bit_for_bit, .timeout = 120)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, "device = -1; tf32 = false; fused = true;");
+    cuda_side *g = &p.side[1];
+    for (int s = 0; s < 2; s++)
+        cr_assert(MPX_OPS_HAS(p.side[s].ops, dropout_add_layernorm_fwd) && p.side[s].ops->dropout_add_layernorm_fwd,
+                  "%s has no fused dropout + residual + layernorm", s ? "cuda" : "cpu");
+    const size_t rows = 77, cols = 203, n = rows * cols;
+    /* x (a linear's output: act), the residual and y (ln), the sum (res), the parameters */
+    static const struct { mpx_dtype x, e, r, y, w; } mix[] = {
+        { MPX_F32, MPX_F32, MPX_F32, MPX_F32, MPX_F32 }, { MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16 },
+        { MPX_F16, MPX_F16, MPX_F32, MPX_F16, MPX_F32 }, { MPX_BF16, MPX_F32, MPX_F32, MPX_F32, MPX_F32 },
+        { MPX_F16, MPX_F16, MPX_F16, MPX_F32, MPX_F32 },
+    };
+    for (size_t ci = 0; ci < sizeof mix / sizeof mix[0]; ci++)
+        for (int k = 0; k < 2; k++) {
+            const float pr = k ? 0.1f : 0.0f;
+            const mpx_rng rng = { 4242, 9, 6, 5 };
+            pbuf x = pb_random(&p, mix[ci].x, n, 400 + ci, -3, 3), e = pb_random(&p, mix[ci].e, n, 410 + ci, -2, 2);
+            pbuf gm = pb_random(&p, mix[ci].w, cols, 420, 0.5f, 1.5f), bt = pb_random(&p, mix[ci].w, cols, 421, -0.5f, 0.5f);
+            pbuf d = pb_zero(&p, mix[ci].x, n), r1 = pb_zero(&p, mix[ci].r, n), r2 = pb_zero(&p, mix[ci].r, n);
+            pbuf y1 = pb_zero(&p, mix[ci].y, n), y2 = pb_zero(&p, mix[ci].y, n);
+            pbuf m1 = pb_zero(&p, MPX_F32, rows), s1 = pb_zero(&p, MPX_F32, rows);
+            pbuf m2 = pb_zero(&p, MPX_F32, rows), s2 = pb_zero(&p, MPX_F32, rows);
+            char what[120];
+            snprintf(what, sizeof what, "dropout_add_layernorm_fwd mix %zu p %.1f", ci, (double)pr);
+            ON_BOTH(&p, O->dropout_add_layernorm_fwd(BE, A(x), pr, rng, A(e), A(r2), A(gm), A(bt), A(y2),
+                                                     (float *)A(m2).p, (float *)A(s2).p, rows, cols, 1e-12f));
+            expect_bits(&p, &r2, what);
+            expect_bits(&p, &y2, what);
+            expect_bits(&p, &m2, what);
+            expect_bits(&p, &s2, what);
+            mpx_arg dd = x.a[1];
+            if (pr > 0.0f) {
+                cr_assert_eq(g->ops->dropout_fwd(g->be, x.a[1], d.a[1], n, pr, rng), 0);
+                dd = d.a[1];
+            }
+            cr_assert_eq(g->ops->add(g->be, dd, e.a[1], r1.a[1], n), 0);
+            cr_assert_eq(g->ops->layernorm_fwd(g->be, r1.a[1], gm.a[1], bt.a[1], y1.a[1], (float *)m1.a[1].p,
+                                               (float *)s1.a[1].p, rows, cols, 1e-12f), 0);
+            expect_same_on_device_as(&p, &r1, &r2, "fused sum vs dropout_fwd then add", what);
+            expect_same_on_device_as(&p, &y1, &y2, "fused y vs layernorm_fwd", what);
+            expect_same_on_device_as(&p, &m1, &m2, "fused mean", what);
+            expect_same_on_device_as(&p, &s1, &s2, "fused rstd", what);
+            if (mix[ci].r == mix[ci].e) {   /* the sum over the residual */
+                cr_assert_eq(g->ops->dropout_add_layernorm_fwd(g->be, x.a[1], pr, rng, e.a[1], e.a[1], gm.a[1], bt.a[1],
+                                                               y2.a[1], NULL, NULL, rows, cols, 1e-12f), 0);
+                expect_same_on_device_as(&p, &e, &r1, "fused with r = resid", what);
+                expect_same_on_device_as(&p, &y2, &y1, "fused with r = resid: y", what);
+            }
+            pbuf *all[] = { &x, &e, &gm, &bt, &d, &r1, &r2, &y1, &y2, &m1, &s1, &m2, &s2 };
+            for (size_t q = 0; q < sizeof all / sizeof all[0]; q++) pb_free(&p, all[q]);
+        }
+    pbuf a = pb_zero(&p, MPX_F32, n), b16 = pb_zero(&p, MPX_BF16, n), w = pb_zero(&p, MPX_F32, cols);
+    const mpx_rng rng = { 1, 1, 1, 0 };
+    cr_expect_neq(g->ops->dropout_add_layernorm_fwd(g->be, a.a[1], 1.5f, rng, a.a[1], b16.a[1], w.a[1], w.a[1],
+                                                    b16.a[1], NULL, NULL, rows, cols, 1e-12f), 0, "p = 1.5 is refused");
+    cr_expect_neq(g->ops->dropout_add_layernorm_fwd(g->be, a.a[1], 0.1f, rng, a.a[1], b16.a[1], w.a[1], w.a[1],
+                                                    b16.a[1], NULL, NULL, rows, cols, 1e-12f), 0, "y over r is refused");
+    pb_free(&p, &a);
+    pb_free(&p, &b16);
+    pb_free(&p, &w);
+    cuda_pair_close(&p);
+}
+
+/* fused = false (the default) runs them as separate kernels: the table has no fused op. */
+Test(cuda_rows, the_default_instance_has_no_fused_ops)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);
     const mpx_ops *o = p.side[1].ops;
-    if (getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO")) cr_skip_test("self-check: the cpu backend has it");
+    if (getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO")) cr_skip_test("self-check: the cpu backend has them");
     cr_expect(!MPX_OPS_HAS(o, dropout_softmax_bwd) || (!o->softmax_dropout_fwd && !o->dropout_softmax_bwd));
+    cr_expect(!MPX_OPS_HAS(o, dropout_add_layernorm_fwd) || !o->dropout_add_layernorm_fwd);
     cuda_pair_close(&p);
 }
 
@@ -627,11 +714,11 @@ static mpx_attention attn_args(const attn_case *c, int s, pbuf *q, pbuf *k, pbuf
     return a;
 }
 
-static void attention_against_cpu(const char *mode, const char *softmax_dropout)
+static void attention_against_cpu(const char *mode, int fused)
 {
     char opts[160];
-    snprintf(opts, sizeof opts, "device = -1; tf32 = false; attention = \"%s\"; softmax_dropout = \"%s\";", mode,
-             softmax_dropout);
+    snprintf(opts, sizeof opts, "device = -1; tf32 = false; attention = \"%s\"; fused = %s;", mode,
+             fused ? "true" : "false");
     cuda_pair p;
     cuda_pair_open(&p, opts);
     cr_assert(MPX_OPS_HAS(p.side[1].ops, attention_bwd) && p.side[1].ops->attention_fwd &&
@@ -670,8 +757,8 @@ static void attention_against_cpu(const char *mode, const char *softmax_dropout)
     cuda_pair_close(&p);
 }
 
-Test(cuda_attention, per_example_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("per-example", "ops"); }
-Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("batched", "ops"); }
+Test(cuda_attention, per_example_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("per-example", 0); }
+Test(cuda_attention, batched_op_against_the_cpu_backends, .timeout = 120) { attention_against_cpu("batched", 0); }
 
 /* The contract (mpx/ops.h): the op is bit for bit the ops it stands for on the same
  * backend. With "per-example" the cuda op must equal, on the device, the model's calls
@@ -788,16 +875,16 @@ Test(cuda_attention, per_example_op_is_the_ops_bit_for_bit, .timeout = 120)
     op_is_the_ops("device = -1; tf32 = false; attention = \"per-example\";");
 }
 
-/* softmax_dropout = "fused": the op's softmax and dropout in one kernel each way, still
- * the separate ops' bits */
+/* fused = true: the op's softmax and dropout in one kernel each way, still the separate
+ * ops' bits */
 Test(cuda_attention, per_example_op_with_fused_dropout_is_the_ops_bit_for_bit, .timeout = 120)
 {
-    op_is_the_ops("device = -1; tf32 = false; attention = \"per-example\"; softmax_dropout = \"fused\";");
+    op_is_the_ops("device = -1; tf32 = false; attention = \"per-example\"; fused = true;");
 }
 
 Test(cuda_attention, batched_op_with_fused_dropout_against_the_cpu_backends, .timeout = 120)
 {
-    attention_against_cpu("batched", "fused");
+    attention_against_cpu("batched", 1);
 }
 
 /* "ops" (the default) leaves the instance without the op: the model runs the ops. */

@@ -49,8 +49,10 @@
  *  1.15 MPX_OPS_FORMATS in mpx_ops.flags (mpx/ops.h): whether a backend runs the number
  *       formats, so a policy that needs them is refused before it runs;
  *  1.16 mpx_backend_vtable.instance_ops (optional, mpx/ops.h): an instance's own op
- *       table, so that a backend's options can switch its optional ops. */
-#define MPX_ABI_MINOR 16
+ *       table, so that a backend's options can switch its optional ops;
+ *  1.17 mpx_ops.dropout_add_layernorm_fwd (optional, mpx/ops.h): a post-LN block's tail
+ *       (dropout, residual add, LayerNorm) in one pass, bit for bit the three ops. */
+#define MPX_ABI_MINOR 17
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

@@ -278,6 +278,19 @@ typedef struct mpx_ops {
      * as bias_add reads them); bias holds g->n values. What is saved is a pass over C:
      * a backend may add the bias as it stores C's tiles. */
     int (*gemm_bias)(void *be, const mpx_gemm *g, mpx_arg bias);
+
+    /* ---- ABI 1.17 (read only when `size` covers it; NULL when the backend has none, and
+     * the caller then runs the three ops one after the other) ----
+     * A post-LN block's tail in one pass over each row, bit for bit
+     *   d = dropout_fwd(x, p, rng) stored in x's dtype (p = 0: no dropout, d = x),
+     *   r = add(d, resid) stored in r's dtype (kept: the backward reads it),
+     *   y = layernorm_fwd(r as stored, gamma, beta, mean, rstd, eps);
+     * x, resid, r and y are [rows, cols], element i of x draws rng.offset + i. r may be x
+     * or resid when their dtypes are the same; y must not overlap x, resid or r. What is
+     * saved is d's and r's trips through memory. */
+    int (*dropout_add_layernorm_fwd)(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                     mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd,
+                                     size_t rows, size_t cols, float eps);
 } mpx_ops;
 
 /* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */

@@ -277,6 +277,8 @@ static const mpx_ops cpu_ops = {
     .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
     /* ABI 1.13 */
     .gemm_bias = cpu_gemm_bias,
+    /* ABI 1.17 */
+    .dropout_add_layernorm_fwd = cpu_dropout_add_layernorm_fwd,
 };
 
 static const mpx_backend_vtable cpu_vtable = {
@@ -291,7 +293,7 @@ static const mpx_plugin_desc cpu_desc = {
     CPU_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = CPU_NAME,
-    .version = "1.5.0",
+    .version = "1.6.0",
     .summary = "AVX-512/AVX2 GEMM kernels (OpenBLAS sgemm on CPUs with neither) and threaded C ops over "
                "fp32/fp16/bf16 storage, fp32 accumulation",
     .options = cpu_options,

@@ -298,6 +298,10 @@ int cpu_gemm_bias(void *be, const mpx_gemm *g, mpx_arg bias);
 
 int cpu_bias_add(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
 int cpu_bias_grad(void *be, mpx_arg dy, mpx_arg dbias, size_t rows, size_t cols, int accumulate);
+/* ABI 1.17 (cpu_rows.c): dropout, residual add and layernorm in one pass */
+int cpu_dropout_add_layernorm_fwd(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                  mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd, size_t rows,
+                                  size_t cols, float eps);
 int cpu_layernorm_fwd(void *be, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
                       float *mean, float *rstd, size_t rows, size_t cols, float eps);
 int cpu_layernorm_bwd(void *be, mpx_arg dy, mpx_arg x, mpx_arg gamma, const float *mean,

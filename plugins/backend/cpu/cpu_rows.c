@@ -174,6 +174,28 @@ __attribute__((target("avx512f"))) static size_t ln_bwd_out_avx512(const float *
 }
 #endif
 
+/* Row i: r = (x - mean) * rstd * gamma + beta over the fp32 row x (gamma, beta: vec0,
+ * vec1), its mean and rstd saved when the job asks. */
+static void layernorm_row(const row_job *j, const float *x, float *r, size_t i)
+{
+    const size_t n = j->cols;
+    float mean = cpu_row_sum(x, n) / (float)n;
+    float acc[LANES] = { 0 };
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int k = 0; k < LANES; k++) { float d = x[c + k] - mean; acc[k] += d * d; }
+    for (; c < n; c++) { float d = x[c] - mean; acc[0] += d * d; }
+    float var = cpu_row_sum(acc, LANES);
+    float rstd = 1.0f / sqrtf(var / (float)n + j->eps);
+    c = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (j->be->has_avx512) c = ln_fwd_out_avx512(x, mean, rstd, j->vec0, j->vec1, r, n);
+#endif
+    for (; c < n; c++) r[c] = (x[c] - mean) * rstd * j->vec0[c] + j->vec1[c];
+    if (j->mean) j->mean[i] = mean;
+    if (j->rstd) j->rstd[i] = rstd;
+}
+
 static void layernorm_fwd_rows(void *vj, size_t begin, size_t end)
 {
     row_job *j = vj;
@@ -181,24 +203,9 @@ static void layernorm_fwd_rows(void *vj, size_t begin, size_t end)
     if (!buf) return;
     const size_t n = j->cols;
     for (size_t i = begin; i < end; i++) {
-        const float *x = row_in(j, j->x, i * n, buf);
         float *r = row_out(j->y, i * n, buf + n);
-        float mean = cpu_row_sum(x, n) / (float)n;
-        float acc[LANES] = { 0 };
-        size_t c = 0;
-        for (; c + LANES <= n; c += LANES)
-            for (int k = 0; k < LANES; k++) { float d = x[c + k] - mean; acc[k] += d * d; }
-        for (; c < n; c++) { float d = x[c] - mean; acc[0] += d * d; }
-        float var = cpu_row_sum(acc, LANES);
-        float rstd = 1.0f / sqrtf(var / (float)n + j->eps);
-        c = 0;
-#if defined(__x86_64__) || defined(__i386__)
-        if (j->be->has_avx512) c = ln_fwd_out_avx512(x, mean, rstd, j->vec0, j->vec1, r, n);
-#endif
-        for (; c < n; c++) r[c] = (x[c] - mean) * rstd * j->vec0[c] + j->vec1[c];
+        layernorm_row(j, row_in(j, j->x, i * n, buf), r, i);
         row_done(j, r, j->y, i * n);
-        if (j->mean) j->mean[i] = mean;
-        if (j->rstd) j->rstd[i] = rstd;
     }
     free(buf);
 }
@@ -218,6 +225,78 @@ int cpu_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg
         return MPX_ERR_NOMEM;
     cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, layernorm_fwd_rows, &j);
     return finish(&j, "layernorm_fwd");
+}
+
+/* ---- dropout, residual add and layernorm in one pass (ABI 1.17) ----
+ * Each row goes through the three ops' arithmetic with every intermediate rounded to the
+ * dtype the op would store it in: the dropped x in x's dtype, the sum in r's (stored: the
+ * backward reads it), then layernorm over the sum as stored. Job fields: x, aux = the
+ * residual, dx = r, y, vec0/vec1 = gamma/beta, dscale = p, rng. */
+static void dropout_add_ln_rows(void *vj, size_t begin, size_t end)
+{
+    row_job *j = vj;
+    const size_t n = j->cols;
+    float *buf = row_buffers(j, 5);
+    uint32_t *words = buf ? malloc(n * sizeof(double)) : NULL;   /* the row's draws, or a row of any dtype */
+    if (buf && !words) atomic_store(&j->failed, 1);
+    if (!buf || !words) {
+        free(buf);
+        return;
+    }
+    const int drop = j->dscale > 0.0f;
+    const uint32_t keep_from = cpu_dropout_keep_from(j->dscale);
+    const float s = cpu_dropout_scale(j->dscale);
+    for (size_t i = begin; i < end; i++) {
+        const float *d = row_in(j, j->x, i * n, buf);
+        if (drop) {   /* dropout_fwd's output as it would be stored, in x's dtype */
+            float *dd = buf + n;
+            cpu_philox_words(j->be, &j->rng, j->rng.offset + i * n, n, words);
+            cpu_dropout_apply(j->be, d, words, n, keep_from, s, dd);
+            if (j->x.t != MPX_F32) {
+                mpx_arg stored = mpx_a(words, j->x.t);
+                cpu_store(j->be, dd, stored, 0, n);
+                cpu_load(j->be, stored, 0, n, dd);
+            }
+            d = dd;
+        }
+        const float *res = row_in(j, j->aux, i * n, buf + 2 * n);
+        float *r = row_out(j->dx, i * n, buf + 3 * n);
+        for (size_t c = 0; c < n; c++) r[c] = d[c] + res[c];   /* add's sum */
+        row_done(j, r, j->dx, i * n);
+        if (j->dx.t != MPX_F32) cpu_load(j->be, j->dx, i * n, n, r);   /* the sum as stored */
+        float *y = row_out(j->y, i * n, buf + 4 * n);
+        layernorm_row(j, r, y, i);
+        row_done(j, y, j->y, i * n);
+    }
+    free(words);
+    free(buf);
+}
+
+int cpu_dropout_add_layernorm_fwd(void *vbe, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                  mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd, size_t rows,
+                                  size_t cols, float eps)
+{
+    cpu_be *be = vbe;
+    const size_t n = rows * cols;
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "x", x, n);
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "resid", resid, n);
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "r", r, n);
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "gamma", gamma, cols);
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "beta", beta, cols);
+    CPU_CHECK(be, "dropout_add_layernorm_fwd", "y", y, n);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return CPU_FAIL(be, "cpu dropout_add_layernorm_fwd: p = %g is outside [0, 1]", (double)p);
+    if ((r.p == x.p && r.t != x.t) || (r.p == resid.p && r.t != resid.t))
+        return CPU_FAIL(be, "cpu dropout_add_layernorm_fwd: r may share memory with x or resid only in their dtype");
+    if (y.p && (y.p == x.p || y.p == resid.p || y.p == r.p))
+        return CPU_FAIL(be, "cpu dropout_add_layernorm_fwd: y must not overlap x, resid or r");
+    if (!rows || !cols) return MPX_OK;
+    row_job j = { .be = be, .x = x, .aux = resid, .dx = r, .y = y, .mean = mean, .rstd = rstd, .rows = rows,
+                  .cols = cols, .eps = eps, .dscale = p, .rng = rng };
+    if (!(j.vec0 = vector_f32(be, gamma, cols, 0)) || !(j.vec1 = vector_f32(be, beta, cols, 1)))
+        return MPX_ERR_NOMEM;
+    cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, dropout_add_ln_rows, &j);
+    return finish(&j, "dropout_add_layernorm_fwd");
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; the block's

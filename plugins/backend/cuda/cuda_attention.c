@@ -16,7 +16,7 @@
  *      strided batches, so GEMM outputs may differ from "per-example"'s in the order of
  *      their fp32 sums (the suites' GEMM bound covers that).
  *
- * With backend.cuda.softmax_dropout = "fused" either mode runs the softmax and its
+ * With backend.cuda.fused = true either mode runs the softmax and its
  * dropout as one kernel (forward and backward), the same bits as the two.
  *
  * The dropout mask words of mpx_attention.keep are neither filled nor read: backward
@@ -162,7 +162,7 @@ int cuda_attention_fwd(void *vbe, const mpx_attention *a)
     }
     MPX_TRY(att_gemm(be, a, 0, 1, S, S, D, a->scale, interleaved(a, a->q), interleaved(a, a->k), square(a, sc)));
     mpx_arg yd = y;
-    if (a->p > 0.0f && be->fused_dropout && (sc.t == y.t || a->probs.p)) {
+    if (a->p > 0.0f && be->fused && (sc.t == y.t || a->probs.p)) {
         /* in one pass: the dropped probabilities over the scores when their dtypes agree
          * (the op's aliasing rule), else in slot 8 (y is then the caller's) */
         void *d = sc.t == y.t ? w7 : cuda_ws(be, 8, n * ps);
@@ -202,7 +202,7 @@ int cuda_attention_bwd(void *vbe, const mpx_attention *a)
     MPX_TRY(att_gemm(be, a, 0, 1, S, S, D, 1.0f, dctx, interleaved(a, a->v), square(a, dyd)));
     MPX_TRY(att_gemm(be, a, 1, 0, S, D, S, 1.0f, square(a, yd), dctx, interleaved(a, a->dv)));
     mpx_arg dy = dyd, dsc = mpx_a(w8, a->ds_t);
-    if (a->p > 0.0f && be->fused_dropout) {   /* in one pass, into the spent dropped probabilities */
+    if (a->p > 0.0f && be->fused) {   /* in one pass, into the spent dropped probabilities */
         MPX_TRY(cuda_dropout_softmax_bwd(be, dyd, y, dsc, n / (size_t)S, (size_t)S, 1.0f, a->p, a->rng));
     } else {
         if (a->p > 0.0f) {   /* the dropped probabilities are spent: their dropout's backward goes there */

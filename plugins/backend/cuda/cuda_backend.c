@@ -2,7 +2,8 @@
  * workspaces), memory ops and the op table. The ops live in one file per group:
  *   cuda_elementwise.cu  cast, add, axpby, scale, gelu, dropout, apply_update
  *   cuda_gemm.c          gemm (cublasGemmEx / cublasGemmStridedBatchedEx)
- *   cuda_rows.cu         bias_add/grad, layernorm, softmax, softmax + dropout, cross_entropy
+ *   cuda_rows.cu         bias_add/grad, layernorm, softmax, cross_entropy, and the fused
+ *                        softmax + dropout and dropout + residual + layernorm
  *   cuda_misc.cu         embeddings, sum_squares, count_nonfinite
  *   cuda_optim.cu        fused_update (ABI 1.4: the optimizers on device memory)
  * Memory comes from cudaMalloc: the host counts it by role (host->alloc calls ops->alloc),
@@ -25,11 +26,11 @@ static const mpx_option cuda_options[] = {
               "example) and row ops one by one; \"per-example\" = the attention op (ABI 1.11) issuing those same "
               "calls; \"batched\" = the attention op with one cublasGemmBatchedEx call per GEMM over every example "
               "and head (other cuBLAS kernels: GEMM sums in another order). Not yet run on a GPU: see docs/CUDA.md" },
-    { .key = "softmax_dropout", .type = MPX_OPT_CHOICE, .def = "\"ops\"", .min = 1, .max = 0,
-      .choices = "ops|fused",
-      .help = "the attention probabilities' softmax and dropout: \"ops\" = two kernels, the probabilities stored "
-              "and read again; \"fused\" = one pass per row (ABI 1.10 softmax_dropout_fwd / dropout_softmax_bwd, "
-              "also inside the attention op), the same bits. Not yet run on a GPU: see docs/CUDA.md" },
+    { .key = "fused", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
+      .help = "the optional fused ops, the same bits as the ops they stand for: the attention softmax and its dropout "
+              "in one pass each way (ABI 1.10, also inside the attention op) and a post-LN block's dropout, residual "
+              "add and layernorm in one pass (ABI 1.17); off, those run as separate kernels. Not yet run on a GPU: "
+              "see docs/CUDA.md" },
 };
 
 int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what)
@@ -162,11 +163,12 @@ static int cuda_create(mpx_env *env, void **out)
 {
     int64_t device = -1;
     int tf32 = 0;
-    const char *attention = "ops", *softmax_dropout = "ops";
+    const char *attention = "ops";
+    int fused = 0;
     MPX_TRY(env->host->opt_int(env, "device", &device));
     MPX_TRY(env->host->opt_bool(env, "tf32", &tf32));
     MPX_TRY(env->host->opt_string(env, "attention", &attention));
-    MPX_TRY(env->host->opt_string(env, "softmax_dropout", &softmax_dropout));
+    MPX_TRY(env->host->opt_bool(env, "fused", &fused));
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -189,10 +191,11 @@ static int cuda_create(mpx_env *env, void **out)
         be->ops.attention_fwd = cuda_attention_fwd;
         be->ops.attention_bwd = cuda_attention_bwd;
     }
-    be->fused_dropout = !strcmp(softmax_dropout, "fused");
-    if (be->fused_dropout) {
+    be->fused = fused;
+    if (be->fused) {
         be->ops.softmax_dropout_fwd = cuda_softmax_dropout_fwd;
         be->ops.dropout_softmax_bwd = cuda_dropout_softmax_bwd;
+        be->ops.dropout_add_layernorm_fwd = cuda_dropout_add_layernorm_fwd;
     }
     struct cudaDeviceProp prop;
     /* A blocking stream: it orders with the legacy default stream, where comm/nccl runs. */
@@ -220,9 +223,9 @@ static int cuda_create(mpx_env *env, void **out)
     cudaRuntimeGetVersion(&rt);
     be->api.get_version(be->blas, &blas_v);
     snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s, "
-             "attention %s, softmax_dropout %s", be->device, prop.name, prop.major, prop.minor,
+             "attention %s, fused ops %s", be->device, prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000, (rt % 1000) / 10, blas_v,
-             tf32 ? "on" : "off", attention, softmax_dropout);
+             tf32 ? "on" : "off", attention, fused ? "on" : "off");
     *out = be;
     return MPX_OK;
 }
@@ -319,7 +322,7 @@ static const mpx_backend_vtable cuda_vtable = {
     .destroy = cuda_destroy,
     .ops = &cuda_ops,
     .describe = cuda_describe,
-    .instance_ops = cuda_instance_ops,   /* ABI 1.16: backend.cuda.attention, .softmax_dropout */
+    .instance_ops = cuda_instance_ops,   /* ABI 1.16: backend.cuda.attention, .fused */
 };
 
 static const mpx_plugin_desc cuda_desc = {

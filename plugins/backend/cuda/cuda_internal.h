@@ -57,7 +57,7 @@ enum { CUDA_ATTN_OPS = 0, CUDA_ATTN_PER_EXAMPLE = 1, CUDA_ATTN_BATCHED = 2 };
 typedef struct cuda_be {
     mpx_env *env;              /* for errors */
     int device, tf32, attention;
-    int fused_dropout;         /* backend.cuda.softmax_dropout = "fused" */
+    int fused;                 /* backend.cuda.fused: the optional fused ops of ABI 1.10 and 1.17 */
     mpx_ops ops;               /* this instance's op table (ABI 1.16 instance_ops) */
     cudaStream_t stream;
     cuda_blas api;             /* cuBLAS entry points */
@@ -128,11 +128,14 @@ int cuda_softmax_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, size_t 
                      size_t heads, size_t rows, size_t cols, float scale);
 int cuda_softmax_bwd(void *be, mpx_arg dy, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
                      float scale);
-/* ABI 1.10, in the instance's table when backend.cuda.softmax_dropout = "fused" */
+/* ABI 1.10 and 1.17, in the instance's table when backend.cuda.fused = true */
 int cuda_softmax_dropout_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd, size_t batch,
                              size_t heads, size_t rows, size_t cols, float scale, float p, mpx_rng rng);
 int cuda_dropout_softmax_bwd(void *be, mpx_arg dyd, mpx_arg y, mpx_arg dx, size_t n_rows, size_t cols,
                              float scale, float p, mpx_rng rng);
+int cuda_dropout_add_layernorm_fwd(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                   mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd, size_t rows,
+                                   size_t cols, float eps);
 int cuda_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size_t rows,
                        size_t cols, double *loss, mpx_arg dlogits, float dscale);
 

@@ -82,7 +82,7 @@ extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, m
     if (!n_ids || !dim) return MPX_OK;
     if (!ids) return CUDA_FAIL(be, "cuda embedding_bwd: ids is NULL");
     if (n_ids > (size_t)INT32_MAX || table_rows > (size_t)UINT32_MAX)
-        return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 rows)", n_ids,
+        return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 - 1 rows)", n_ids,
                          table_rows);
     /* the ids are checked on the host (an error names the id and its position) */
     if (!cuda_ids_to_host(be, ids, n_ids, table_rows, "embedding_bwd", "id", 0)) return MPX_ERR;

@@ -1,5 +1,6 @@
 /* Row-wise ops over the last dimension: bias add/grad, layernorm, softmax, the
- * cross-entropy over positions, and softmax fused with the attention dropout (ABI 1.10).
+ * cross-entropy over positions, softmax fused with the attention dropout (ABI 1.10) and
+ * a post-LN block's dropout, residual add and layernorm in one pass (ABI 1.17).
  * One warp per row; the row statistics add in the cpu
  * backend's order (warp_row_sum8), the column reductions (bias_grad, dgamma, dbeta) sum
  * blocks of CUDA_ROW_BLOCK rows into partials and then the partials in block order, as
@@ -14,6 +15,13 @@ static unsigned row_blocks(size_t rows)
 {
     size_t b = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     return b ? (unsigned)(b < 65535u * 64u ? b : 65535u * 64u) : 1u;
+}
+
+/* The fused ops' dropout rate, as dropout_fwd checks it. */
+static int fused_p(cuda_be *be, const char *op, float p)
+{
+    if (!(p >= 0.0f && p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)p);
+    return MPX_OK;
 }
 
 #define WARP_ROWS(i, rows) \
@@ -123,6 +131,63 @@ extern "C" int cuda_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg b
     k_layernorm_fwd<<<row_blocks(rows), CUDA_THREADS, 0, be->stream>>>(x.p, x.t, gamma.p, gamma.t, beta.p, beta.t,
                                                                        y.p, y.t, mean, rstd, rows, cols, eps);
     CUDA_LAUNCHED(be, "layernorm_fwd");
+    return MPX_OK;
+}
+
+/* ---- dropout, residual add and layernorm in one pass (ABI 1.17) ----
+ * One warp per row: each lane forms its elements' sums as the three ops would store them
+ * (the dropped x rounded to x's dtype, plus the residual, rounded to r's dtype) and
+ * stores them in r; after __syncwarp (which orders the warp's memory accesses) the row is
+ * k_layernorm_fwd's over r as stored. */
+__global__ void k_dropout_add_layernorm_fwd(const void *x, mpx_dtype xt, int drop, uint32_t keep_from, float dscale,
+                                            mpx_rng rng, const void *res, mpx_dtype et, void *r, mpx_dtype rt,
+                                            const void *gamma, mpx_dtype gt, const void *beta, mpx_dtype btt,
+                                            void *y, mpx_dtype yt, float *mean_out, float *rstd_out, size_t rows,
+                                            size_t n, float eps)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    WARP_ROWS(i, rows) {
+        const size_t o = i * n;
+        for (size_t c = lane; c < n; c += 32) {
+            float d = dev_ld(x, xt, o + c);
+            if (drop) d = dev_round(dev_dropped(d, dev_philox_word(rng, rng.offset + o + c), keep_from, dscale), xt);
+            dev_st(r, rt, o + c, d + dev_ld(res, et, o + c));
+        }
+        __syncwarp();
+        float mean = warp_row_sum8(n, [&](size_t c) { return dev_ld(r, rt, o + c); }) / (float)n;
+        float var = warp_row_sum8(n, [&](size_t c) { float d = dev_ld(r, rt, o + c) - mean; return d * d; });
+        float rstd = 1.0f / sqrtf(var / (float)n + eps);
+        for (size_t c = lane; c < n; c += 32)
+            dev_st(y, yt, o + c, (dev_ld(r, rt, o + c) - mean) * rstd * dev_ld(gamma, gt, c) + dev_ld(beta, btt, c));
+        if (lane == 0) {
+            if (mean_out) mean_out[i] = mean;
+            if (rstd_out) rstd_out[i] = rstd;
+        }
+    }
+}
+
+extern "C" int cuda_dropout_add_layernorm_fwd(void *vbe, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                              mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd,
+                                              size_t rows, size_t cols, float eps)
+{
+    cuda_be *be = (cuda_be *)vbe;
+    const size_t n = rows * cols;
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "x", x, n);
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "resid", resid, n);
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "r", r, n);
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "gamma", gamma, cols);
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "beta", beta, cols);
+    CUDA_CHECK(be, "dropout_add_layernorm_fwd", "y", y, n);
+    MPX_TRY(fused_p(be, "dropout_add_layernorm_fwd", p));
+    if ((r.p == x.p && r.t != x.t) || (r.p == resid.p && r.t != resid.t))
+        return CUDA_FAIL(be, "cuda dropout_add_layernorm_fwd: r may share memory with x or resid only in their dtype");
+    if (y.p && (y.p == x.p || y.p == resid.p || y.p == r.p))
+        return CUDA_FAIL(be, "cuda dropout_add_layernorm_fwd: y must not overlap x, resid or r");
+    if (!rows || !cols) return MPX_OK;
+    k_dropout_add_layernorm_fwd<<<row_blocks(rows), CUDA_THREADS, 0, be->stream>>>(
+        x.p, x.t, p > 0.0f, cuda_keep_from(p), cuda_dropout_scale(p), rng, resid.p, resid.t, r.p, r.t, gamma.p,
+        gamma.t, beta.p, beta.t, y.p, y.t, mean, rstd, rows, cols, eps);
+    CUDA_LAUNCHED(be, "dropout_add_layernorm_fwd");
     return MPX_OK;
 }
 
@@ -284,12 +349,6 @@ __global__ void k_softmax_dropout_fwd(const void *x, mpx_dtype xt, const void *m
             dev_st(yd, ydt, o + c, dev_dropped(v, dev_philox_word(rng, rng.offset + o + c), keep_from, dscale));
         }
     }
-}
-
-static int fused_p(cuda_be *be, const char *op, float p)
-{
-    if (!(p >= 0.0f && p <= 1.0f)) return CUDA_FAIL(be, "cuda %s: p = %g is outside [0, 1]", op, (double)p);
-    return MPX_OK;
 }
 
 extern "C" int cuda_softmax_dropout_fwd(void *vbe, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd,
