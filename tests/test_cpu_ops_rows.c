@@ -255,9 +255,12 @@ Test(layernorm, fused_with_dropout_and_residual_is_the_three_ops_bit_for_bit)
                         }
                     }
     mpx_arg a = tb_alloc(&t, MPX_F32, n), b16 = tb_alloc(&t, MPX_BF16, n), g = tb_alloc(&t, MPX_F32, C);
-    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 1.5f, rng, a, b16, g, g, b16, m1, s1, R, C, 1e-12f), 0,
+    mpx_arg o16 = tb_alloc(&t, MPX_BF16, n);
+    cr_expect_eq(t.ops->dropout_add_layernorm_fwd(t.be, a, 1.0f, rng, a, b16, g, g, o16, m1, s1, R, C, 1e-12f), 0,
+                 "p = 1 is taken: %s", tb_error(&t));
+    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 1.5f, rng, a, b16, g, g, o16, m1, s1, R, C, 1e-12f), 0,
                   "p = 1.5 is refused");
-    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 0.1f, rng, a, mpx_a(a.p, MPX_BF16), g, g, b16, m1, s1, R,
+    cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 0.1f, rng, a, mpx_a(a.p, MPX_BF16), g, g, o16, m1, s1, R,
                                                    C, 1e-12f), 0, "r over x in another dtype is refused");
     cr_expect_neq(t.ops->dropout_add_layernorm_fwd(t.be, a, 0.1f, rng, a, b16, g, g, b16, m1, s1, R, C, 1e-12f), 0,
                   "y over r is refused");

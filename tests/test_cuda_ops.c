@@ -107,6 +107,7 @@ Test(cuda_elementwise, one_dtype_aligned_and_not)
             snprintf(what, sizeof what, "axpby (%s, shift %zu)", mpx_dtype_name(t), sh);
             ON_BOTH(&p, O->axpby(BE, 0.75f, AT(a), -1.5f, AT(y), n));
             expect_bits(&p, &y, what);
+            for (size_t k = sh; k < N; k += 97) pb_poke(&p, &y, k, NAN);   /* beta 0 must not read y */
             ON_BOTH(&p, O->axpby(BE, 2.0f, AT(b), 0.0f, AT(y), n));
             expect_bits(&p, &y, what);
             snprintf(what, sizeof what, "scale (%s, shift %zu)", mpx_dtype_name(t), sh);
@@ -118,6 +119,31 @@ Test(cuda_elementwise, one_dtype_aligned_and_not)
             snprintf(what, sizeof what, "gelu_bwd (%s, shift %zu)", mpx_dtype_name(t), sh);
             ON_BOTH(&p, O->gelu_bwd(BE, AT(b), AT(a), AT(y), n));
             expect_close(&p, &y, what);
+            if (sh == 0) {   /* GELU (erfc, exp) within a bound of the cpu: its vector and one-element paths bit for bit */
+                cuda_side *g = &p.side[1];
+                const size_t es = mpx_dtype_size(t);
+                pbuf a1 = pb_zero(&p, t, N + 1), b1 = pb_zero(&p, t, N + 1), y1 = pb_zero(&p, t, N + 1);
+                cr_assert_eq(g->ops->copy(g->be, mpx_at(a1.a[1], 1).p, a.a[1].p, N * es), 0);
+                cr_assert_eq(g->ops->copy(g->be, mpx_at(b1.a[1], 1).p, b.a[1].p, N * es), 0);
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    if (bwd) {
+                        cr_assert_eq(g->ops->gelu_bwd(g->be, b.a[1], a.a[1], y.a[1], N), 0);
+                        cr_assert_eq(g->ops->gelu_bwd(g->be, mpx_at(b1.a[1], 1), mpx_at(a1.a[1], 1), mpx_at(y1.a[1], 1), N), 0);
+                    } else {
+                        cr_assert_eq(g->ops->gelu_fwd(g->be, a.a[1], y.a[1], N), 0);
+                        cr_assert_eq(g->ops->gelu_fwd(g->be, mpx_at(a1.a[1], 1), mpx_at(y1.a[1], 1), N), 0);
+                    }
+                    double *v = pb_fetch(&p, &y), *w = pb_fetch(&p, &y1);
+                    cr_expect(memcmp(v + N, w + (N + 1) + 1, N * sizeof *v) == 0,
+                              "gelu_%s (%s): the aligned (16-byte) and unaligned (one-element) paths differ",
+                              bwd ? "bwd" : "fwd", mpx_dtype_name(t));
+                    free(v);
+                    free(w);
+                }
+                pb_free(&p, &a1);
+                pb_free(&p, &b1);
+                pb_free(&p, &y1);
+            }
             for (int o = 0; o < 4; o++) {
                 mpx_rng rng = { 0xfeedfacecafebeefull, 3, 9, offsets[o] };
                 snprintf(what, sizeof what, "dropout_fwd (%s, shift %zu, offset %llu)", mpx_dtype_name(t), sh,
@@ -636,6 +662,14 @@ Test(cuda_rows, dropout_add_layernorm_fused_is_the_three_ops_bit_for_bit, .timeo
             expect_same_on_device_as(&p, &y1, &y2, "fused y vs layernorm_fwd", what);
             expect_same_on_device_as(&p, &m1, &m2, "fused mean", what);
             expect_same_on_device_as(&p, &s1, &s2, "fused rstd", what);
+            if (mix[ci].r == mix[ci].x) {   /* the sum over x */
+                pbuf x2 = pb_random(&p, mix[ci].x, n, 400 + ci, -3, 3);
+                cr_assert_eq(g->ops->dropout_add_layernorm_fwd(g->be, x2.a[1], pr, rng, e.a[1], x2.a[1], gm.a[1], bt.a[1],
+                                                               y2.a[1], NULL, NULL, rows, cols, 1e-12f), 0);
+                expect_same_on_device_as(&p, &x2, &r1, "fused with r = x", what);
+                expect_same_on_device_as(&p, &y2, &y1, "fused with r = x: y", what);
+                pb_free(&p, &x2);
+            }
             if (mix[ci].r == mix[ci].e) {   /* the sum over the residual */
                 cr_assert_eq(g->ops->dropout_add_layernorm_fwd(g->be, x.a[1], pr, rng, e.a[1], e.a[1], gm.a[1], bt.a[1],
                                                                y2.a[1], NULL, NULL, rows, cols, 1e-12f), 0);
@@ -646,9 +680,14 @@ Test(cuda_rows, dropout_add_layernorm_fused_is_the_three_ops_bit_for_bit, .timeo
             for (size_t q = 0; q < sizeof all / sizeof all[0]; q++) pb_free(&p, all[q]);
         }
     pbuf a = pb_zero(&p, MPX_F32, n), b16 = pb_zero(&p, MPX_BF16, n), w = pb_zero(&p, MPX_F32, cols);
+    pbuf o16 = pb_zero(&p, MPX_BF16, n);
     const mpx_rng rng = { 1, 1, 1, 0 };
     cr_expect_neq(g->ops->dropout_add_layernorm_fwd(g->be, a.a[1], 1.5f, rng, a.a[1], b16.a[1], w.a[1], w.a[1],
-                                                    b16.a[1], NULL, NULL, rows, cols, 1e-12f), 0, "p = 1.5 is refused");
+                                                    o16.a[1], NULL, NULL, rows, cols, 1e-12f), 0, "p = 1.5 is refused");
+    cr_expect_neq(g->ops->dropout_add_layernorm_fwd(g->be, a.a[1], 0.1f, rng, a.a[1], mpx_a(a.a[1].p, MPX_BF16),
+                                                    w.a[1], w.a[1], o16.a[1], NULL, NULL, rows, cols, 1e-12f), 0,
+                  "r over x in another dtype is refused");
+    pb_free(&p, &o16);
     cr_expect_neq(g->ops->dropout_add_layernorm_fwd(g->be, a.a[1], 0.1f, rng, a.a[1], b16.a[1], w.a[1], w.a[1],
                                                     b16.a[1], NULL, NULL, rows, cols, 1e-12f), 0, "y over r is refused");
     pb_free(&p, &a);

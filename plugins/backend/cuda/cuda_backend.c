@@ -329,7 +329,7 @@ static const mpx_plugin_desc cuda_desc = {
     MPX_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = "cuda",
-    .version = "0.1.0",
+    .version = "0.2.0",
     .summary = "cuBLAS GEMMs (fp32 accumulate) and CUDA kernels over fp32/fp16/bf16 storage, the cpu backend's rounding and Philox streams",
     .options = cuda_options,
     .n_options = MPX_COUNT(cuda_options),
