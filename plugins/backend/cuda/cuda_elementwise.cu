@@ -56,15 +56,18 @@ static size_t vec_count(size_t n, mpx_dtype t, const void *a, const void *b, con
         else K<MPX_F16><<<g_, CUDA_THREADS, 0, be->stream>>>(__VA_ARGS__);                           \
     } while (0)
 
-/* Vector j of x, its elements widened to fp32 into f (W of them). */
-#define VEC_IN(T, x, j, f)                                                                          \
-    typedef typename dt<T>::S S;                                                                     \
-    const int W = VEC_BYTES / (int)sizeof(S);                                                        \
-    float f[VEC_BYTES / 2];                                                                          \
+/* Vector j of x widened to fp32 into the array f (W elements; S and W in scope). */
+#define VEC_LD(T, x, j, f)                                                                          \
     {                                                                                                \
         vec_t<S> in_ = ((const vec_t<S> *)(x))[j];                                                   \
         _Pragma("unroll") for (int k = 0; k < W; k++) f[k] = dt<T>::ld(in_.v[k]);                   \
     }
+/* Declares S (T's storage type), W (elements per vector) and f, loaded from vector j of x. */
+#define VEC_IN(T, x, j, f)                                                                          \
+    typedef typename dt<T>::S S;                                                                     \
+    const int W = VEC_BYTES / (int)sizeof(S);                                                        \
+    float f[VEC_BYTES / 2];                                                                          \
+    VEC_LD(T, x, j, f)
 /* The W values of f rounded and stored as vector j of y. */
 #define VEC_OUT(T, y, j, f)                                                                         \
     {                                                                                                \
@@ -79,11 +82,7 @@ __global__ void kv_add(const void *a, const void *b, void *y, size_t nv)
     GRID_STRIDE(j, nv) {
         VEC_IN(T, a, j, fa);
         float fb[VEC_BYTES / 2];
-        {
-            vec_t<S> in_ = ((const vec_t<S> *)b)[j];
-#pragma unroll
-            for (int k = 0; k < W; k++) fb[k] = dt<T>::ld(in_.v[k]);
-        }
+        VEC_LD(T, b, j, fb);
 #pragma unroll
         for (int k = 0; k < W; k++) fa[k] = fa[k] + fb[k];
         VEC_OUT(T, y, j, fa);
@@ -96,11 +95,7 @@ __global__ void kv_axpby(float alpha, const void *x, float beta, void *y, size_t
     GRID_STRIDE(j, nv) {
         VEC_IN(T, x, j, fx);
         float fy[VEC_BYTES / 2] = { 0 };
-        if (beta != 0.0f) {   /* beta 0 does not read y, as the scalar kernel */
-            vec_t<S> in_ = ((const vec_t<S> *)y)[j];
-#pragma unroll
-            for (int k = 0; k < W; k++) fy[k] = dt<T>::ld(in_.v[k]);
-        }
+        if (beta != 0.0f) VEC_LD(T, y, j, fy);   /* beta 0 does not read y, as the scalar kernel */
 #pragma unroll
         for (int k = 0; k < W; k++) {
             float v = alpha * fx[k];
@@ -252,11 +247,7 @@ __global__ void kv_gelu_bwd(const void *dy, const void *x, void *dx, size_t nv)
     GRID_STRIDE(j, nv) {
         VEC_IN(T, x, j, f);
         float g[VEC_BYTES / 2];
-        {
-            vec_t<S> in_ = ((const vec_t<S> *)dy)[j];
-#pragma unroll
-            for (int k = 0; k < W; k++) g[k] = dt<T>::ld(in_.v[k]);
-        }
+        VEC_LD(T, dy, j, g);
 #pragma unroll
         for (int k = 0; k < W; k++) {
             float v = f[k], pdf = expf(-0.5f * v * v);

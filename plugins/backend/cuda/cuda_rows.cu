@@ -100,23 +100,30 @@ extern "C" int cuda_bias_grad(void *vbe, mpx_arg dy, mpx_arg dbias, size_t rows,
 
 /* ---- layernorm ---- */
 
+/* Row i (elements o .. o + n - 1) of y = (x - mean) * rstd * gamma + beta, its mean and
+ * rstd saved when asked; the whole warp calls it. */
+__device__ void dev_layernorm_row(const void *x, mpx_dtype xt, const void *gamma, mpx_dtype gt, const void *beta,
+                                  mpx_dtype btt, void *y, mpx_dtype yt, float *mean_out, float *rstd_out, size_t i,
+                                  size_t n, float eps)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const size_t o = i * n;
+    float mean = warp_row_sum8(n, [&](size_t c) { return dev_ld(x, xt, o + c); }) / (float)n;
+    float var = warp_row_sum8(n, [&](size_t c) { float d = dev_ld(x, xt, o + c) - mean; return d * d; });
+    float rstd = 1.0f / sqrtf(var / (float)n + eps);
+    for (size_t c = lane; c < n; c += 32)
+        dev_st(y, yt, o + c, (dev_ld(x, xt, o + c) - mean) * rstd * dev_ld(gamma, gt, c) + dev_ld(beta, btt, c));
+    if (lane == 0) {
+        if (mean_out) mean_out[i] = mean;
+        if (rstd_out) rstd_out[i] = rstd;
+    }
+}
+
 __global__ void k_layernorm_fwd(const void *x, mpx_dtype xt, const void *gamma, mpx_dtype gt,
                                 const void *beta, mpx_dtype btt, void *y, mpx_dtype yt,
                                 float *mean_out, float *rstd_out, size_t rows, size_t n, float eps)
 {
-    const unsigned lane = threadIdx.x & 31u;
-    WARP_ROWS(i, rows) {
-        const size_t o = i * n;
-        float mean = warp_row_sum8(n, [&](size_t c) { return dev_ld(x, xt, o + c); }) / (float)n;
-        float var = warp_row_sum8(n, [&](size_t c) { float d = dev_ld(x, xt, o + c) - mean; return d * d; });
-        float rstd = 1.0f / sqrtf(var / (float)n + eps);
-        for (size_t c = lane; c < n; c += 32)
-            dev_st(y, yt, o + c, (dev_ld(x, xt, o + c) - mean) * rstd * dev_ld(gamma, gt, c) + dev_ld(beta, btt, c));
-        if (lane == 0) {
-            if (mean_out) mean_out[i] = mean;
-            if (rstd_out) rstd_out[i] = rstd;
-        }
-    }
+    WARP_ROWS(i, rows) dev_layernorm_row(x, xt, gamma, gt, beta, btt, y, yt, mean_out, rstd_out, i, n, eps);
 }
 
 extern "C" int cuda_layernorm_fwd(void *vbe, mpx_arg x, mpx_arg gamma, mpx_arg beta, mpx_arg y,
@@ -154,15 +161,7 @@ __global__ void k_dropout_add_layernorm_fwd(const void *x, mpx_dtype xt, int dro
             dev_st(r, rt, o + c, d + dev_ld(res, et, o + c));
         }
         __syncwarp();
-        float mean = warp_row_sum8(n, [&](size_t c) { return dev_ld(r, rt, o + c); }) / (float)n;
-        float var = warp_row_sum8(n, [&](size_t c) { float d = dev_ld(r, rt, o + c) - mean; return d * d; });
-        float rstd = 1.0f / sqrtf(var / (float)n + eps);
-        for (size_t c = lane; c < n; c += 32)
-            dev_st(y, yt, o + c, (dev_ld(r, rt, o + c) - mean) * rstd * dev_ld(gamma, gt, c) + dev_ld(beta, btt, c));
-        if (lane == 0) {
-            if (mean_out) mean_out[i] = mean;
-            if (rstd_out) rstd_out[i] = rstd;
-        }
+        dev_layernorm_row(r, rt, gamma, gt, beta, btt, y, yt, mean_out, rstd_out, i, n, eps);
     }
 }
 
@@ -265,18 +264,33 @@ extern "C" int cuda_layernorm_bwd(void *vbe, mpx_arg dy, mpx_arg x, mpx_arg gamm
 
 /* ---- softmax with additive mask ---- */
 
+/* One row of the softmax's input, scale * x + mask, column by column; its maximum and
+ * the reciprocal of its sum of exponentials (the whole warp calls it). */
+struct sm_row {
+    const void *x, *mask;
+    mpx_dtype xt, mt;
+    size_t o, mo;
+    float scale;
+    __device__ float operator()(size_t c) const
+    {
+        return scale * dev_ld(x, xt, o + c) + (mask ? dev_ld(mask, mt, mo + c) : 0.0f);
+    }
+    __device__ float inv_sum(size_t n, float *mx) const
+    {
+        const float m = warp_row_max8(n, *this);
+        *mx = m;
+        return 1.0f / warp_row_sum8(n, [&](size_t c) { return expf((*this)(c) - m); });
+    }
+};
+
 __global__ void k_softmax_fwd(const void *x, mpx_dtype xt, const void *mask, mpx_dtype mt, void *y,
                               mpx_dtype yt, size_t rows, size_t n, size_t heads_rows, float scale)
 {
     const unsigned lane = threadIdx.x & 31u;
     WARP_ROWS(i, rows) {
-        const size_t o = i * n, mo = (i / heads_rows) * n;
-        auto r = [&](size_t c) {
-            return scale * dev_ld(x, xt, o + c) + (mask ? dev_ld(mask, mt, mo + c) : 0.0f);
-        };
-        float mx = warp_row_max8(n, r);
-        float sum = warp_row_sum8(n, [&](size_t c) { return expf(r(c) - mx); });
-        float inv = 1.0f / sum;
+        const size_t o = i * n;
+        const sm_row r = { x, mask, xt, mt, o, (i / heads_rows) * n, scale };
+        float mx, inv = r.inv_sum(n, &mx);
         for (size_t c = lane; c < n; c += 32) dev_st(y, yt, o + c, expf(r(c) - mx) * inv);
     }
 }
@@ -336,13 +350,9 @@ __global__ void k_softmax_dropout_fwd(const void *x, mpx_dtype xt, const void *m
 {
     const unsigned lane = threadIdx.x & 31u;
     WARP_ROWS(i, rows) {
-        const size_t o = i * n, mo = (i / heads_rows) * n;
-        auto r = [&](size_t c) {
-            return scale * dev_ld(x, xt, o + c) + (mask ? dev_ld(mask, mt, mo + c) : 0.0f);
-        };
-        float mx = warp_row_max8(n, r);
-        float sum = warp_row_sum8(n, [&](size_t c) { return expf(r(c) - mx); });
-        float inv = 1.0f / sum;
+        const size_t o = i * n;
+        const sm_row r = { x, mask, xt, mt, o, (i / heads_rows) * n, scale };
+        float mx, inv = r.inv_sum(n, &mx);
         for (size_t c = lane; c < n; c += 32) {
             float v = dev_round(expf(r(c) - mx) * inv, yt);   /* the probability as stored */
             dev_st(y, yt, o + c, v);
