@@ -28,6 +28,17 @@ $(BUILD)/test-plugins/backend-cpu-noformats.so: $(BUILD)/obj/tests/noformats/cpu
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) $(BLAS_LIBS) -lmvec -lpthread -lm
 
+# The cpu backend with four ops one ulp off (MPX_CPU_FAULTY): the cuda suites' harness
+# run against it must fail (tests/test_cuda_bounds.c).
+TEST_PLUGINS += $(BUILD)/test-plugins/backend-cpu-faulty.so
+$(BUILD)/obj/tests/faulty/cpu_backend.o: plugins/backend/cpu/cpu_backend.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PLUGIN_CFLAGS) $(PKG_CFLAGS) $(BLAS_CFLAGS) -O3 -DMPX_CPU_FAULTY -c $< -o $@
+$(BUILD)/test-plugins/backend-cpu-faulty.so: $(BUILD)/obj/tests/faulty/cpu_backend.o \
+        $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/cpu_backend.c,$(CPU_BACKEND_SRCS))) core/plugin.map
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_LDFLAGS) -o $@ $(filter %.o,$^) $(BLAS_LIBS) -lmvec -lpthread -lm
+
 # The toy model declaring ABI 1.0 with the 1.0 model vtable (ABI 1.7 appended
 # set_weight_gather): it must still load and train, and zero/stage3 must refuse it.
 TEST_PLUGINS += $(BUILD)/test-plugins/model-toy-abi10.so

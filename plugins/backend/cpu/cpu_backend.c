@@ -252,6 +252,54 @@ static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
 #define CPU_OPS_FLAGS MPX_OPS_FORMATS
 #endif
 
+/* With -DMPX_CPU_FAULTY (build/test-plugins/backend-cpu-faulty.so) four ops are one ulp
+ * off in one element of their output: add, embedding_bwd, and the fused
+ * softmax_dropout_fwd and dropout_add_layernorm_fwd. The cuda suites run against it
+ * (MPX_TEST_DEVICE_SO) must fail their checks of those ops: a check of the suites'
+ * own harness (tests/test_cuda_bounds.c), not a backend anyone runs. */
+#ifdef MPX_CPU_FAULTY
+#undef CPU_NAME
+#define CPU_NAME "cpu-faulty"
+/* element i of a, its last bit moved one step */
+static void one_ulp(mpx_arg a, size_t i)
+{
+    if (a.t == MPX_F32) ((uint32_t *)a.p)[i] += 1u;
+    else ((uint16_t *)a.p)[i] += 1u;
+}
+static int faulty_add(void *be, mpx_arg a, mpx_arg b, mpx_arg y, size_t n)
+{
+    int rc = cpu_add(be, a, b, y, n);
+    if (!rc && n > 5) one_ulp(y, n / 2);
+    return rc;
+}
+static int faulty_embedding_bwd(void *be, const int32_t *ids, size_t n_ids, mpx_arg dy, mpx_arg dtable,
+                                size_t table_rows, size_t dim)
+{
+    int rc = cpu_embedding_bwd(be, ids, n_ids, dy, dtable, table_rows, dim);
+    if (!rc && n_ids && dim) one_ulp(dtable, (size_t)ids[0] * dim);
+    return rc;
+}
+static int faulty_softmax_dropout_fwd(void *be, mpx_arg x, const mpx_arg mask, mpx_arg y, mpx_arg yd, size_t batch,
+                                      size_t heads, size_t rows, size_t cols, float scale, float p, mpx_rng rng)
+{
+    int rc = cpu_softmax_dropout_fwd(be, x, mask, y, yd, batch, heads, rows, cols, scale, p, rng);
+    if (!rc && batch * heads * rows * cols > 0) one_ulp(y, 0);
+    return rc;
+}
+static int faulty_dropout_add_layernorm_fwd(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
+                                            mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd,
+                                            size_t rows, size_t cols, float eps)
+{
+    int rc = cpu_dropout_add_layernorm_fwd(be, x, p, rng, resid, r, gamma, beta, y, mean, rstd, rows, cols, eps);
+    if (!rc && rows * cols > 0) one_ulp(y, rows * cols - 1);
+    return rc;
+}
+#define cpu_add faulty_add
+#define cpu_embedding_bwd faulty_embedding_bwd
+#define cpu_softmax_dropout_fwd faulty_softmax_dropout_fwd
+#define cpu_dropout_add_layernorm_fwd faulty_dropout_add_layernorm_fwd
+#endif
+
 static const mpx_ops cpu_ops = {
     .size = CPU_OPS_SIZE,
     .alloc = cpu_alloc, .free = cpu_free,

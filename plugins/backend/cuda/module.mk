@@ -39,6 +39,10 @@ $(BUILD)/tests/test_cuda_optim: $(BUILD)/plugins/backend-cpu.so $(addprefix $(BU
 $(eval $(call add_test,test_cuda_bert,tests/test_cuda_bert.c $(CUDA_TEST_COMMON) $(TEST_SHELL),))
 # The suites' bounds checked on the CPU (no device): what passes, and which faults fail.
 $(eval $(call add_test,test_cuda_bounds,tests/test_cuda_bounds.c $(CUDA_TEST_COMMON)))
+# The suites' bitwise checks run against a cpu backend one ulp off (tests/plugins.mk): they must fail.
+$(eval $(call add_test,test_cuda_harness,tests/test_cuda_harness.c $(TEST_SHELL),))
+$(BUILD)/tests/test_cuda_harness: $(BUILD)/tests/test_cuda_ops $(BUILD)/plugins/backend-cpu.so \
+    $(BUILD)/test-plugins/backend-cpu-faulty.so
 
 # The device check's timing (make device-check; tests/device-check.sh): links cudart and
 # cuBLAS itself for the GEMM ceiling, so it exists only where the backend does.
