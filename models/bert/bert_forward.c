@@ -228,9 +228,9 @@ static int dense_residual_norm(bert *m, int l, size_t w, mpx_arg in, int n_in, m
     MPX_TRY(bert_linear_fwd(m, in, w, t, T, n_in, H));
     if (MPX_OPS_HAS(m->ops, dropout_add_layernorm_fwd) && m->ops->dropout_add_layernorm_fwd) {
         /* the three ops below in one pass, the same bits (ABI 1.17) */
-        const float p = m->drop_on ? m->p_hidden : 0.0f;
+        const float p = m->drop_on && !(m->p_hidden <= 0.0f) ? m->p_hidden : 0.0f;   /* as dropout() skips */
         mpx_rng rng = { m->env->host->seed(m->env), bert_site(l, site), m->tick, 0 };
-        return m->ops->dropout_add_layernorm_fwd(m->be, t, p > 0.0f ? p : 0.0f, rng, resid, rs, bert_w(m, ln_w),
+        return m->ops->dropout_add_layernorm_fwd(m->be, t, p, rng, resid, rs, bert_w(m, ln_w),
                                                  bert_w(m, ln_w + 1), mpx_a(out, m->dt_ln), mean, rstd, (size_t)T,
                                                  (size_t)H, (float)m->cfg.ln_eps);
     }
