@@ -168,8 +168,31 @@ static int w_scale(void *be, mpx_arg x, float al, size_t n)
     return rc;
 }
 
+/* A batch whose items are different parameters or their gradients (a model's Q, K and V
+ * as one call) rather than slices of one activation (attention's heads). */
+static int per_param_batch(const mpx_gemm *g)
+{
+    char name[160];
+    if (g->batch < 2) return 0;
+    return (g->stride_a && tensor_role(active->s, g->a.p, name, sizeof name)) ||
+           (g->stride_b && tensor_role(active->s, g->b.p, name, sizeof name)) ||
+           (g->stride_c && tensor_role(active->s, g->c.p, name, sizeof name));
+}
+
 static int w_gemm(void *be, const mpx_gemm *g)
 {
+    if (per_param_batch(g)) {   /* an item at a time: each its own op, named by its parameter */
+        for (int b = 0; b < g->batch; b++) {
+            mpx_gemm one = *g;
+            one.a = mpx_at(g->a, (size_t)b * (size_t)g->stride_a);
+            one.b = mpx_at(g->b, (size_t)b * (size_t)g->stride_b);
+            one.c = mpx_at(g->c, (size_t)b * (size_t)g->stride_c);
+            one.stride_a = one.stride_b = one.stride_c = 0;
+            one.batch = 1;
+            MPX_TRY(w_gemm(be, &one));
+        }
+        return 0;
+    }
     int rc = REAL.gemm(be, g);
     reads(g->a);
     reads(g->b);

@@ -156,6 +156,20 @@ int bert_gemm(bert *m, int ta, int tb, int M, int N, int K, float alpha, bert_ma
 static inline bert_mat bert_mat_of(mpx_arg p, int ld) { bert_mat r = { p, ld, 0 }; return r; }
 /* y[T, out] = x[T, in] W^T (+ bias) with W [out, in] parameter `w` (bias `w + 1`) */
 int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out);
+/* Layer l's Q, K and V as one batched GEMM (batch 3, the input at stride 0): the spacing,
+ * in elements, of their weights in the flat buffers (the same for the biases and the
+ * gradients, which share the offsets), or 0 when the three do not lie at one spacing or
+ * the layer's GEMMs compute in a number format (scaled per tensor: one call each). The
+ * batched call is the three calls' arithmetic element for element; on the cpu backend the
+ * same bits (tests/bitwise-runs.sh), on cuda cuBLAS may pick another kernel for it. */
+long long bert_qkv_spacing(const bert *m, int l);
+/* Elements from a to b if b - a = c - b (a, b, c: buffers of `es`-byte elements), else 0. */
+static inline long long bert_spacing3(const void *a, const void *b, const void *c, size_t es)
+{
+    const char *x = a, *y = b, *z = c;
+    if (!x || y <= x || z - y != y - x || (size_t)(y - x) % es) return 0;
+    return (long long)((size_t)(y - x) / es);
+}
 /* The last layer's output (the embeddings' when there are no layers), layernorm dtype. */
 mpx_arg bert_last_hidden(const bert *m);
 /* Dropout site id of layer l's place s (S_*), or of the embeddings (l = -1). */

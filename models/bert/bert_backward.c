@@ -175,6 +175,29 @@ static int ffn_bwd(bert *m, int l, int acc)
     return m->ops->add(m->be, dx1, mpx_a(m->gr, m->dt_res), mpx_a(m->gx, m->dt_ln), n);
 }
 
+/* The backward of Q, K and V's linear layers into dx (their three input gradients summed
+ * in that order): linear_bwd three times, or, when bert_qkv_spacing allows (and autocast
+ * does not widen the weight gradients one tensor at a time), the three weight gradients
+ * as one batched GEMM (the input at stride 0), the same arithmetic element for element. */
+static int qkv_bwd(bert *m, int l, mpx_arg x, mpx_arg dx, int acc)
+{
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const size_t w[3] = { bert_layer_param(l, L_Q_W), bert_layer_param(l, L_K_W), bert_layer_param(l, L_V_W) };
+    const mpx_arg dy[3] = { mpx_a(m->gq, m->dt_act), mpx_a(m->gk, m->dt_act), mpx_a(m->gv, m->dt_act) };
+    const long long sw = bert_qkv_spacing(m, l), sd = bert_spacing3(m->gq, m->gk, m->gv, mpx_dtype_size(m->dt_act));
+    if (!sw || !sd || m->widen_grads) {
+        for (int i = 0; i < 3; i++) MPX_TRY(linear_bwd(m, dy[i], x, w[i], dx, i ? 1.0f : 0.0f, T, H, H, acc));
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        MPX_TRY(bert_gemm(m, 0, 0, T, H, H, 1.0f, bert_mat_of(dy[i], H), bert_mat_of(bert_w(m, w[i]), H),
+                          i ? 1.0f : 0.0f, bert_mat_of(dx, H), 1));
+    bert_mat A = { dy[0], H, sd }, B = bert_mat_of(x, H), C = { bert_g(m, w[0]), H, sw };
+    MPX_TRY(bert_gemm(m, 1, 0, H, H, T, 1.0f, A, B, acc ? 1.0f : 0.0f, C, 3));
+    for (int i = 0; i < 3; i++) MPX_TRY(m->ops->bias_grad(m->be, dy[i], bert_g(m, w[i] + 1), (size_t)T, (size_t)H, acc));
+    return 0;
+}
+
 static int attention_bwd(bert *m, int l, mpx_arg x, int acc)
 {
     const bert_layer_act *a = &m->act[l];
@@ -187,9 +210,7 @@ static int attention_bwd(bert *m, int l, mpx_arg x, int acc)
     MPX_TRY(linear_bwd(m, da, mpx_a(a->ctx, m->dt_act), bert_layer_param(l, L_AO_W),
                        mpx_a(m->gctx, m->dt_act), 0.0f, T, H, H, acc));
     MPX_TRY(attention_core_bwd(m, l));
-    MPX_TRY(linear_bwd(m, mpx_a(m->gq, m->dt_act), x, bert_layer_param(l, L_Q_W), dx, 0.0f, T, H, H, acc));
-    MPX_TRY(linear_bwd(m, mpx_a(m->gk, m->dt_act), x, bert_layer_param(l, L_K_W), dx, 1.0f, T, H, H, acc));
-    MPX_TRY(linear_bwd(m, mpx_a(m->gv, m->dt_act), x, bert_layer_param(l, L_V_W), dx, 1.0f, T, H, H, acc));
+    MPX_TRY(qkv_bwd(m, l, x, dx, acc));
     return m->ops->add(m->be, dx, mpx_a(m->gr, m->dt_res), mpx_a(m->gx, m->dt_ln), n);
 }
 

@@ -78,9 +78,12 @@ static int alloc_layer(bert *m, int l, size_t T, size_t probs, int *rc)
     char what[64];
 #define BUF(field, bytes, label) \
     (snprintf(what, sizeof what, "bert layer %d %s", l, label), a->field = scratch(m, bytes, what, rc))
-    BUF(q, T * H * act, "query");
-    BUF(k, T * H * act, "key");
-    BUF(v, T * H * act, "value");
+    /* one block, so that Q, K and V are one batched GEMM's C (bert_qkv_spacing) */
+    BUF(q, 3 * T * H * act, "query, key and value");
+    if (a->q) {
+        a->k = (char *)a->q + T * H * act;
+        a->v = (char *)a->k + T * H * act;
+    }
     BUF(ctx, T * H * act, "context");
     /* with the backend's attention op an evaluation forward keeps no probabilities, and
      * backward regenerates the dropped ones a head at a time (cheap in cache); the ops
@@ -126,8 +129,14 @@ static int alloc_shared(bert *m, size_t T, size_t probs, int *rc)
     if (m->forward_only) return *rc;
     m->tb = scratch(m, T * H * act, "bert dense dropout", rc);
     if (!m->fused_attn) m->gp2 = scratch(m, probs * 4, "bert probability grads", rc);
-    void **th[] = { &m->gx, &m->ga, &m->gb, &m->gq, &m->gk, &m->gv, &m->gctx };
+    void **th[] = { &m->gx, &m->ga, &m->gb, &m->gctx };
     for (size_t i = 0; i < MPX_COUNT(th); i++) *th[i] = scratch(m, T * H * 4, "bert hidden grads", rc);
+    /* one block, as the activations: the weight gradients' batched GEMM reads them */
+    m->gq = scratch(m, 3 * T * H * 4, "bert query, key and value grads", rc);
+    if (m->gq) {
+        m->gk = (char *)m->gq + T * H * 4;
+        m->gv = (char *)m->gk + T * H * 4;
+    }
     m->gff = scratch(m, T * I * 4, "bert intermediate grads", rc);
     m->gff2 = scratch(m, T * I * 4, "bert intermediate grads", rc);
     for (int i = 0; i < 2; i++) m->dlogits[i] = scratch(m, T * 4, "bert logit grads", rc);

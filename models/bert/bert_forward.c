@@ -61,6 +61,42 @@ int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int 
                      1.0f, bert_mat_of(y, out), 1);
 }
 
+long long bert_qkv_spacing(const bert *m, int l)
+{
+    const size_t *o = m->off, q = bert_layer_param(l, L_Q_W), k = bert_layer_param(l, L_K_W),
+                 v = bert_layer_param(l, L_V_W);
+    if (mpx_dtype_is_format(bert_param_gemm(m, q, 0)) || mpx_dtype_is_format(bert_param_gemm(m, q, 1))) return 0;
+    if (o[k] <= o[q]) return 0;
+    const size_t sw = o[k] - o[q];
+    if (o[v] - o[k] != sw || o[k + 1] - o[q + 1] != sw || o[v + 1] - o[k + 1] != sw) return 0;
+    return (long long)sw;
+}
+
+/* Q, K and V = x W^T + b: bert_linear_fwd three times, or with one batched GEMM (A at
+ * stride 0) when their parameters and outputs lie at one spacing — the same arithmetic
+ * element for element: a 16-bit C is filled with its bias and read (beta 1), an fp32 C is
+ * written (beta 0) and bias_add rounds the sum. With fp32 outputs and the backend's
+ * gemm_bias (which takes one matrix) the three linear layers stay. */
+static int qkv_fwd(bert *m, int l, mpx_arg x, const bert_layer_act *a)
+{
+    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const size_t w[3] = { bert_layer_param(l, L_Q_W), bert_layer_param(l, L_K_W), bert_layer_param(l, L_V_W) };
+    const mpx_arg y[3] = { mpx_a(a->q, m->dt_act), mpx_a(a->k, m->dt_act), mpx_a(a->v, m->dt_act) };
+    const long long sw = bert_qkv_spacing(m, l), sc = bert_spacing3(a->q, a->k, a->v, mpx_dtype_size(m->dt_act));
+    const int f32 = m->dt_act == MPX_F32;
+    if (!sw || !sc || (f32 && MPX_OPS_HAS(m->ops, gemm_bias) && m->ops->gemm_bias)) {
+        for (int i = 0; i < 3; i++) MPX_TRY(bert_linear_fwd(m, x, w[i], y[i], T, H, H));
+        return 0;
+    }
+    if (!f32)
+        for (int i = 0; i < 3; i++) MPX_TRY(fill_bias(m, bert_w(m, w[i] + 1), y[i], (size_t)T, (size_t)H));
+    bert_mat A = bert_mat_of(x, H), B = { bert_w(m, w[0]), H, sw }, C = { y[0], H, sc };
+    MPX_TRY(bert_gemm(m, 0, 1, T, H, H, 1.0f, A, B, f32 ? 0.0f : 1.0f, C, 3));
+    if (f32)
+        for (int i = 0; i < 3; i++) MPX_TRY(m->ops->bias_add(m->be, y[i], bert_w(m, w[i] + 1), y[i], (size_t)T, (size_t)H));
+    return 0;
+}
+
 /* y = dropout(x) when on; otherwise x itself (no copy). */
 static mpx_arg dropout(bert *m, mpx_arg x, void *buf, size_t n, float p, uint32_t site, int *rc)
 {
@@ -191,11 +227,9 @@ static int attention_context(bert *m, const bert_layer_act *a, mpx_arg p)
 static int self_attention(bert *m, int l, mpx_arg x)
 {
     bert_layer_act *a = &m->act[l];
-    const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
+    const int T = m->cur_b * m->cur_s;
     const size_t n_probs = (size_t)T * m->cur_s * m->cfg.heads;
-    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_Q_W), mpx_a(a->q, m->dt_act), T, H, H));
-    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_K_W), mpx_a(a->k, m->dt_act), T, H, H));
-    MPX_TRY(bert_linear_fwd(m, x, bert_layer_param(l, L_V_W), mpx_a(a->v, m->dt_act), T, H, H));
+    MPX_TRY(qkv_fwd(m, l, x, a));
     if (m->fused_attn) {   /* the same bits as the ops below, a head at a time */
         mpx_attention at = bert_attention(m, a, l);
         if (m->forward_only) at.probs.p = NULL;   /* nothing to keep for a backward */
