@@ -207,7 +207,8 @@ Test(cuda_philox, apply_update_nearest_stochastic_kahan)
 
 /* ---- GEMM ---- */
 
-typedef struct gcase { int ta, tb, m, n, k, batch; float alpha, beta; } gcase;
+/* shared_a / shared_b: that operand is one matrix at stride 0 for the whole batch */
+typedef struct gcase { int ta, tb, m, n, k, batch; float alpha, beta; int shared_a, shared_b; } gcase;
 
 static void run_gemm(cuda_pair *p, const gcase *c, mpx_dtype da, mpx_dtype db, mpx_dtype dc, mpx_dtype comp)
 {
@@ -215,7 +216,10 @@ static void run_gemm(cuda_pair *p, const gcase *c, mpx_dtype da, mpx_dtype db, m
     /* padded leading dimensions, and a gap between batch items */
     int lda = ca + 3, ldb = cb + 1, ldc = c->n + 2;
     long long sa = (long long)ra * lda + 5, sb = (long long)rb * ldb + 7, sc = (long long)c->m * ldc + 1;
-    size_t na = (size_t)(sa * c->batch), nb = (size_t)(sb * c->batch), nc = (size_t)(sc * c->batch);
+    if (c->shared_a) sa = 0;
+    if (c->shared_b) sb = 0;
+    size_t na = sa ? (size_t)(sa * c->batch) : (size_t)ra * (size_t)lda,
+           nb = sb ? (size_t)(sb * c->batch) : (size_t)rb * (size_t)ldb, nc = (size_t)(sc * c->batch);
     pbuf A_ = pb_random(p, da, na, 50, -1, 1), B_ = pb_random(p, db, nb, 51, -1, 1), C_ = pb_random(p, dc, nc, 52, -1, 1);
     mpx_gemm g[2];
     for (int s = 0; s < 2; s++)
@@ -225,9 +229,10 @@ static void run_gemm(cuda_pair *p, const gcase *c, mpx_dtype da, mpx_dtype db, m
                            .compute = comp };
     ON_BOTH(p, O->gemm(BE, &g[s_]));
     char what[160];
-    snprintf(what, sizeof what, "gemm %s%s %dx%dx%d batch %d beta %g, %s x %s -> %s, compute %s", c->ta ? "T" : "N",
-             c->tb ? "T" : "N", c->m, c->n, c->k, c->batch, (double)c->beta, mpx_dtype_name(da), mpx_dtype_name(db),
-             mpx_dtype_name(dc), mpx_dtype_name(comp));
+    snprintf(what, sizeof what, "gemm %s%s %dx%dx%d batch %d%s beta %g, %s x %s -> %s, compute %s", c->ta ? "T" : "N",
+             c->tb ? "T" : "N", c->m, c->n, c->k, c->batch,
+             c->shared_a ? " (A at stride 0)" : c->shared_b ? " (B at stride 0)" : "", (double)c->beta,
+             mpx_dtype_name(da), mpx_dtype_name(db), mpx_dtype_name(dc), mpx_dtype_name(comp));
     /* the error of a dot product over k grows with k: the bound is per output dtype and k */
     double e = pb_nmse(p, &C_), bound = gemm_nmse_bound(dc, c->k);
     errlog(what, e, bound);
@@ -241,8 +246,8 @@ Test(cuda_gemm, every_transpose_dtype_and_compute, .timeout = 120)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);
-    const gcase shapes[3] = { { 0, 0, 33, 17, 65, 1, 1.0f, 0.0f }, { 0, 0, 96, 80, 128, 3, 0.5f, 1.0f },
-                              { 0, 0, 1, 129, 7, 2, 1.0f, -0.25f } };
+    const gcase shapes[3] = { { 0, 0, 33, 17, 65, 1, 1.0f, 0.0f, 0, 0 }, { 0, 0, 96, 80, 128, 3, 0.5f, 1.0f, 0, 0 },
+                              { 0, 0, 1, 129, 7, 2, 1.0f, -0.25f, 0, 0 } };
     for (int sh = 0; sh < 3; sh++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
@@ -271,14 +276,39 @@ Test(cuda_gemm, the_models_shapes, .timeout = 300)
 {
     cuda_pair p;
     cuda_pair_open(&p, NULL);
-    const gcase shapes[4] = { { 0, 1, 12288, 96, 768, 1, 1.0f, 0.0f }, { 0, 1, 12288, 96, 3072, 1, 1.0f, 0.0f },
-                              { 0, 0, 384, 64, 384, 8, 1.0f, 0.0f }, { 1, 0, 768, 96, 12288, 1, 1.0f, 1.0f } };
+    const gcase shapes[4] = { { 0, 1, 12288, 96, 768, 1, 1.0f, 0.0f, 0, 0 }, { 0, 1, 12288, 96, 3072, 1, 1.0f, 0.0f, 0, 0 },
+                              { 0, 0, 384, 64, 384, 8, 1.0f, 0.0f, 0, 0 }, { 1, 0, 768, 96, 12288, 1, 1.0f, 1.0f, 0, 0 } };
     for (int sh = 0; sh < 4; sh++)
         for (int ci = 0; ci < 3; ci++) {
             mpx_dtype comp = T3[ci];
             run_gemm(&p, &shapes[sh], comp, comp, comp, comp);
             if (comp != MPX_F32) run_gemm(&p, &shapes[sh], comp, comp, MPX_F32, comp);
         }
+    cuda_pair_close(&p);
+}
+
+/* bert's Q, K and V as one call (bert_qkv_spacing): the layer's input x at stride 0
+ * against the three weights, forward (x W^T, a 16-bit C read with beta 1 after its bias
+ * fill, or fp32 written) and for the weight gradients (dY^T x over the 12,288 tokens,
+ * accumulated); fp32 x into a 16-bit GEMM (autocast's fp32 layernorm output) is converted
+ * once for the batch. */
+Test(cuda_gemm, a_shared_operand_at_stride_0, .timeout = 300)
+{
+    cuda_pair p;
+    cuda_pair_open(&p, NULL);
+    const gcase fwd = { 0, 1, 12288, 96, 768, 3, 1.0f, 1.0f, 1, 0 }, wgrad = { 1, 0, 96, 768, 12288, 3, 1.0f, 1.0f, 0, 1 };
+    for (int ci = 0; ci < 3; ci++) {
+        mpx_dtype comp = T3[ci];
+        run_gemm(&p, &fwd, comp, comp, comp, comp);
+        run_gemm(&p, &wgrad, comp, comp, comp, comp);
+        if (comp != MPX_F32) {
+            run_gemm(&p, &fwd, MPX_F32, comp, comp, comp);
+            run_gemm(&p, &wgrad, comp, MPX_F32, MPX_F32, comp);
+        }
+    }
+    gcase f0 = fwd;
+    f0.beta = 0.0f;
+    run_gemm(&p, &f0, MPX_F32, MPX_F32, MPX_F32, MPX_F32);
     cuda_pair_close(&p);
 }
 

@@ -33,12 +33,13 @@ static int prepare(cuda_be *be, mpx_arg a, int rows, int cols, int ld, long long
         *out = (operand){ a.p, ld, stride };
         return MPX_OK;
     }
+    if (stride == 0) batch = 1;   /* one matrix shared by the batch (bert's Q, K and V): converted once */
     size_t per = (size_t)rows * (size_t)cols;
     size_t total = per * (size_t)batch;
     void *w = cuda_ws(be, slot, (total ? total : 1) * mpx_dtype_size(compute));
     if (!w) return MPX_ERR_NOMEM;
     MPX_TRY(cuda_convert_matrix(be, a, rows, cols, ld, stride, batch, mpx_a(w, compute), MPX_F32, 0));
-    *out = (operand){ w, cols > 0 ? cols : 1, (long long)per };
+    *out = (operand){ w, cols > 0 ? cols : 1, stride == 0 ? 0 : (long long)per };
     return MPX_OK;
 }
 
