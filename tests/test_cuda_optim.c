@@ -5,7 +5,10 @@
  * stochastic rounding (apply_update's Philox draws). The element rules are the same
  * fp32 operations on both sides, so params and states must agree bit for bit; LAMB's
  * trust ratio comes from double norms summed in another order, so its params are held
- * to a normalised error instead. Skips without a device. */
+ * to a normalised error instead. The cases marked in place have the host's
+ * MPX_STEP_ADD_IN_PLACE (ABI 1.12): the host loop adds each update into the fp32 param,
+ * and on cuda the one-pass fused_update (ABI 1.18) does, bit for bit the same. Skips
+ * without a device. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@ typedef struct ocase {
     mpx_dtype param, state;
     mpx_rounding rounding;
     int exact;
+    int in_place;   /* the step has MPX_STEP_ADD_IN_PLACE */
 } ocase;
 
 #define NUMEL (1000 + 37 + 2048)
@@ -58,7 +62,8 @@ static void run_case(const ocase *oc)
         pbuf grad = pb_random(&p, MPX_F32, NUMEL, 100 + (uint64_t)step, -1e-2f, 1e-2f);
         for (int s = 0; s < 2; s++) {
             mpx_opt_step st = { .size = sizeof st, .pieces = pieces, .n_pieces = 3, .lr = 1e-3, .step = step,
-                                .param = param.a[s], .grad = grad.a[s].p, .update = update.a[s].p };
+                                .param = param.a[s], .grad = grad.a[s].p, .update = update.a[s].p,
+                                .flags = oc->in_place ? MPX_STEP_ADD_IN_PLACE : 0 };
             for (int i = 0; i < n_state; i++) st.state[i] = state[i].a[s];
             cr_assert_eq(vt->step(self[s], oenv[s], &st), 0, "%s step %lld on %s: %s / %s", oc->plugin, (long long)step,
                          s ? "cuda" : "cpu", th_error(oenv[s]), th_error(th_backend_env(p.side[s].env)));
@@ -66,8 +71,9 @@ static void run_case(const ocase *oc)
         pb_free(&p, &grad);
     }
     char what[160];
-    snprintf(what, sizeof what, "%s (%s) param %s state %s%s", oc->plugin, oc->options, mpx_dtype_name(oc->param),
-             mpx_dtype_name(oc->state), oc->rounding == MPX_ROUND_STOCHASTIC ? " stochastic" : "");
+    snprintf(what, sizeof what, "%s (%s) param %s state %s%s%s", oc->plugin, oc->options, mpx_dtype_name(oc->param),
+             mpx_dtype_name(oc->state), oc->rounding == MPX_ROUND_STOCHASTIC ? " stochastic" : "",
+             oc->in_place ? " in place" : "");
     if (oc->exact) {
         expect_bits(&p, &param, what);
         for (int i = 0; i < n_state; i++) expect_bits(&p, &state[i], what);
@@ -96,18 +102,27 @@ static const char SGD_N[] = "momentum = 0.9; dampening = 0.0; nesterov = true; w
 static const char LAMB[] = "betas = [0.9, 0.999]; eps = 1e-6; weight_decay = 0.01; max_coeff = 10.0; min_coeff = 0.01; bias_correction = true;";
 
 Test(cuda_optim, adam_decoupled_and_l2) {
-    run_case(&(ocase){ "adam", ADAM_W, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1 });
-    run_case(&(ocase){ "adam", ADAM_L2, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1 });
+    run_case(&(ocase){ "adam", ADAM_W, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 0 });
+    run_case(&(ocase){ "adam", ADAM_L2, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1, 0 });
 }
 Test(cuda_optim, adamw_into_bf16_weights_stochastic) {
-    run_case(&(ocase){ "adamw", ADAMW, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1 });
-    run_case(&(ocase){ "adamw", ADAMW, MPX_BF16, MPX_BF16, MPX_ROUND_STOCHASTIC, 1 });
+    run_case(&(ocase){ "adamw", ADAMW, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 0 });
+    run_case(&(ocase){ "adamw", ADAMW, MPX_BF16, MPX_BF16, MPX_ROUND_STOCHASTIC, 1, 0 });
 }
 Test(cuda_optim, sgd_momentum_and_nesterov) {
-    run_case(&(ocase){ "sgd", SGD_M, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1 });
-    run_case(&(ocase){ "sgd", SGD_N, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1 });
+    run_case(&(ocase){ "sgd", SGD_M, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 0 });
+    run_case(&(ocase){ "sgd", SGD_N, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1, 0 });
 }
 Test(cuda_optim, lamb_trust_ratio) {
-    run_case(&(ocase){ "lamb", LAMB, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 0 });
-    run_case(&(ocase){ "lamb", LAMB, MPX_BF16, MPX_BF16, MPX_ROUND_STOCHASTIC, 0 });
+    run_case(&(ocase){ "lamb", LAMB, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 0, 0 });
+    run_case(&(ocase){ "lamb", LAMB, MPX_BF16, MPX_BF16, MPX_ROUND_STOCHASTIC, 0, 0 });
+}
+/* the one-pass step (ABI 1.18): adam in both decay modes, adamw, sgd with momentum and
+ * Nesterov, each adding into the fp32 master in the pass that computes the update */
+Test(cuda_optim, one_pass_in_place) {
+    run_case(&(ocase){ "adam", ADAM_W, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 1 });
+    run_case(&(ocase){ "adam", ADAM_L2, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1, 1 });
+    run_case(&(ocase){ "adamw", ADAMW, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 1 });
+    run_case(&(ocase){ "sgd", SGD_M, MPX_F32, MPX_F32, MPX_ROUND_NEAREST, 1, 1 });
+    run_case(&(ocase){ "sgd", SGD_N, MPX_F32, MPX_BF16, MPX_ROUND_NEAREST, 1, 1 });
 }

@@ -56,7 +56,8 @@ size_t mpx_split_pieces(const mpx_piece *pieces, size_t n, size_t total, size_t 
 
 /* The MPX_STEP_* flags for a step of the session's optimizer (ABI 1.12):
  * MPX_STEP_ADD_IN_PLACE where apply_update would add the update into an fp32 param with
- * nearest rounding (the master; fp32 weights under `nearest`), on host memory, and
+ * nearest rounding (the master; fp32 weights under `nearest`), on host memory or through
+ * a fused_update that adds in place (MPX_OPS_FUSED_ADD_IN_PLACE, ABI 1.18), and
  * nothing reads the update afterwards (diag_active: a diagnostics step, which does). */
 uint32_t mpx_opt_step_flags(const mpx_session *s, int diag_active);
 

@@ -51,8 +51,11 @@
  *  1.16 mpx_backend_vtable.instance_ops (optional, mpx/ops.h): an instance's own op
  *       table, so that a backend's options can switch its optional ops;
  *  1.17 mpx_ops.dropout_add_layernorm_fwd (optional, mpx/ops.h): a post-LN block's tail
- *       (dropout, residual add, LayerNorm) in one pass, bit for bit the three ops. */
-#define MPX_ABI_MINOR 17
+ *       (dropout, residual add, LayerNorm) in one pass, bit for bit the three ops;
+ *  1.18 mpx_fused_update.add_in_place and MPX_OPS_FUSED_ADD_IN_PLACE (mpx/ops.h): on
+ *       device memory too, ADAM and SGD add their update into an fp32 param in the same
+ *       pass where the host grants MPX_STEP_ADD_IN_PLACE, bit for bit apply_update. */
+#define MPX_ABI_MINOR 18
 
 #if defined(__GNUC__)
 #define MPX_EXPORT __attribute__((visibility("default")))

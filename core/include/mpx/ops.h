@@ -132,6 +132,13 @@ typedef struct mpx_fused_update {
     float momentum, one_minus_dampening;             /* SGD */
     int nesterov, first_step;                        /* SGD */
     double norms[2];                                 /* LAMB, out */
+    /* ABI 1.18 (read only when `size` covers it, and only by a backend whose flags have
+     * MPX_OPS_FUSED_ADD_IN_PLACE): ADAM and SGD add their update into the fp32 `param`,
+     * param = param + update in fp32 (apply_update's nearest into fp32, bit for bit), in
+     * the same pass, and `update` is not written: the one-pass step. The caller sets it
+     * only where the host granted MPX_STEP_ADD_IN_PLACE (mpx/optimizer.h); LAMB ignores
+     * it (its trust ratio needs the whole update first). */
+    int add_in_place;
 } mpx_fused_update;
 
 #define MPX_OPS_DEVICE_MEMORY 1u
@@ -142,6 +149,9 @@ typedef struct mpx_fused_update {
  * (`mpx check`, `mpx plugins --compat`); one built earlier is taken to have them (it
  * refuses at the op). */
 #define MPX_OPS_FORMATS 2u
+/* ABI 1.18: fused_update honours mpx_fused_update.add_in_place (an older backend reads a
+ * shorter struct and would leave param alone, so optimizers ask only with this bit). */
+#define MPX_OPS_FUSED_ADD_IN_PLACE 4u
 
 typedef struct mpx_ops {
     uint32_t size;

@@ -310,7 +310,7 @@ static const mpx_ops cuda_ops = {
     .sum_squares = cuda_sum_squares, .count_nonfinite = cuda_count_nonfinite,
     .apply_update = cuda_apply_update,
     /* no MPX_OPS_FORMATS (ABI 1.15): a policy with an 8-bit format is refused at check */
-    .flags = MPX_OPS_DEVICE_MEMORY,
+    .flags = MPX_OPS_DEVICE_MEMORY | MPX_OPS_FUSED_ADD_IN_PLACE,   /* one-pass ADAM and SGD (ABI 1.18) */
     .fused_update = cuda_fused_update,
 };
 
@@ -329,7 +329,7 @@ static const mpx_plugin_desc cuda_desc = {
     MPX_DESC_HEADER,
     .kind = MPX_KIND_BACKEND,
     .name = "cuda",
-    .version = "0.2.0",
+    .version = "0.3.0",
     .summary = "cuBLAS GEMMs (fp32 accumulate) and CUDA kernels over fp32/fp16/bf16 storage, the cpu backend's rounding and Philox streams",
     .options = cuda_options,
     .n_options = MPX_COUNT(cuda_options),

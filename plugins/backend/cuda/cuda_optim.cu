@@ -3,8 +3,13 @@
  * (built with --fmad=false, so no contraction either): the results agree with the host
  * optimizers bit for bit except sqrt's, which is correctly rounded on both. LAMB's two
  * norms are summed in double per block and the block sums on the host (their order
- * differs from the host loop's sequential sum, in double). */
+ * differs from the host loop's sequential sum, in double). With add_in_place (ABI 1.18)
+ * ADAM and SGD add the update into the fp32 param in the same pass, as apply_update's
+ * nearest into fp32 would (one fp32 addition), and write no update: the one-pass step. */
 #include "cuda_device.cuh"
+
+#include <stddef.h>
+#include <string.h>
 
 __device__ __forceinline__ float st_ld(const void *p, mpx_dtype t, size_t i) { return dev_ld(p, t, i); }
 
@@ -19,7 +24,9 @@ __global__ void k_adam(mpx_fused_update f)
         float denom = sqrtf(v / f.bc2) + f.eps;
         float u = (m / f.bc1) / denom;
         if (f.adam_w_mode && wd != 0.0f) u += wd * p;
-        f.update[i] = f.neg_lr * u;
+        const float upd = f.neg_lr * u;
+        if (f.add_in_place) ((float *)f.param.p)[i] = (wd != 0.0f ? p : ((const float *)f.param.p)[i]) + upd;
+        else f.update[i] = upd;
         dev_st(f.state[0].p, f.state[0].t, i, m);
         dev_st(f.state[1].p, f.state[1].t, i, v);
     }
@@ -35,7 +42,9 @@ __global__ void k_sgd(mpx_fused_update f)
             d = f.nesterov ? d + f.momentum * buf : buf;
             dev_st(f.state[0].p, f.state[0].t, i, buf);
         }
-        f.update[i] = f.neg_lr * d;
+        const float upd = f.neg_lr * d;
+        if (f.add_in_place) ((float *)f.param.p)[i] += upd;
+        else f.update[i] = upd;
     }
 }
 
@@ -85,33 +94,41 @@ static int state_ok(cuda_be *be, const mpx_fused_update *f, int k)
 extern "C" int cuda_fused_update(void *vbe, mpx_fused_update *f)
 {
     cuda_be *be = (cuda_be *)vbe;
-    if (!f || f->size < sizeof(mpx_fused_update))
-        return CUDA_FAIL(be, "cuda fused_update: argument struct of %u bytes, expected %zu",
-                         f ? f->size : 0u, sizeof(mpx_fused_update));
-    CUDA_CHECK(be, "fused_update", "param", f->param, f->n);
-    if (f->n && (!f->grad || !f->update)) return CUDA_FAIL(be, "cuda fused_update: grad or update is NULL");
+    const size_t before_1_18 = offsetof(mpx_fused_update, add_in_place);
+    if (!f || f->size < before_1_18)
+        return CUDA_FAIL(be, "cuda fused_update: argument struct of %u bytes, expected at least %zu",
+                         f ? f->size : 0u, before_1_18);
+    /* the caller's struct as far as it goes (an optimizer built before 1.18 has no add_in_place) */
+    mpx_fused_update k;
+    memset(&k, 0, sizeof k);
+    memcpy(&k, f, f->size < sizeof k ? f->size : sizeof k);
+    if (k.rule == MPX_FUSED_LAMB) k.add_in_place = 0;
+    CUDA_CHECK(be, "fused_update", "param", k.param, k.n);
+    if (k.add_in_place && k.param.t != MPX_F32)
+        return CUDA_FAIL(be, "cuda fused_update: add_in_place into a %s param (fp32 only)", mpx_dtype_name(k.param.t));
+    if (k.n && (!k.grad || (!k.update && !k.add_in_place))) return CUDA_FAIL(be, "cuda fused_update: grad or update is NULL");
     f->norms[0] = f->norms[1] = 0.0;
-    if (!f->n) return MPX_OK;
-    unsigned blocks = cuda_blocks(f->n);
-    switch (f->rule) {
+    if (!k.n) return MPX_OK;
+    unsigned blocks = cuda_blocks(k.n);
+    switch (k.rule) {
     case MPX_FUSED_ADAM:
-        MPX_TRY(state_ok(be, f, 0));
-        MPX_TRY(state_ok(be, f, 1));
-        k_adam<<<blocks, CUDA_THREADS, 0, be->stream>>>(*f);
+        MPX_TRY(state_ok(be, &k, 0));
+        MPX_TRY(state_ok(be, &k, 1));
+        k_adam<<<blocks, CUDA_THREADS, 0, be->stream>>>(k);
         CUDA_LAUNCHED(be, "fused_update (adam)");
         return MPX_OK;
     case MPX_FUSED_SGD:
-        if (f->momentum != 0.0f) MPX_TRY(state_ok(be, f, 0));
-        k_sgd<<<blocks, CUDA_THREADS, 0, be->stream>>>(*f);
+        if (k.momentum != 0.0f) MPX_TRY(state_ok(be, &k, 0));
+        k_sgd<<<blocks, CUDA_THREADS, 0, be->stream>>>(k);
         CUDA_LAUNCHED(be, "fused_update (sgd)");
         return MPX_OK;
     case MPX_FUSED_LAMB: {
-        MPX_TRY(state_ok(be, f, 0));
-        MPX_TRY(state_ok(be, f, 1));
+        MPX_TRY(state_ok(be, &k, 0));
+        MPX_TRY(state_ok(be, &k, 1));
         double *d = (double *)cuda_ws(be, 3, 2 * (size_t)blocks * sizeof(double));
         double *h = (double *)cuda_hws(be, 1, 2 * (size_t)blocks * sizeof(double));
         if (!d || !h) return MPX_ERR_NOMEM;
-        k_lamb<<<blocks, CUDA_THREADS, 0, be->stream>>>(*f, d);
+        k_lamb<<<blocks, CUDA_THREADS, 0, be->stream>>>(k, d);
         CUDA_LAUNCHED(be, "fused_update (lamb)");
         CUDA_TRY(be, cudaMemcpyAsync(h, d, 2 * (size_t)blocks * sizeof(double), cudaMemcpyDeviceToHost, be->stream),
                  "fused_update (lamb norms to host)");

@@ -198,8 +198,7 @@ int adam_rule_step(const adam_rule *r, mpx_env *env, const mpx_opt_step *s)
             mpx_fused_update f = optc_fused_piece(MPX_FUSED_ADAM, s, pc);
             f.b1 = r->b1; f.b2 = r->b2; f.one_minus_b1 = r->one_minus_b1; f.one_minus_b2 = r->one_minus_b2;
             f.eps = r->eps; f.bc1 = c.bc1; f.bc2 = c.bc2; f.neg_lr = c.neg_lr; f.adam_w_mode = r->adam_w_mode;
-            MPX_TRY(optc_fused_run(env, &dev, &f, pc));
-            MPX_TRY(env->host->apply_update(env, pc, s->update));
+            MPX_TRY(optc_fused_apply(env, &dev, s, &f, pc));
             continue;
         }
         if (!adam_piece_step(r, &c, s, pc, st, add_in_place)) MPX_TRY(env->host->apply_update(env, pc, s->update));

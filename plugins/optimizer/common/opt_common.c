@@ -91,7 +91,7 @@ double optc_bias_correction(double beta, int64_t step, int enabled)
 
 int optc_device_get(mpx_env *env, optc_device *d)
 {
-    d->on = 0;
+    d->on = d->in_place = 0;
     d->be = NULL;
     d->ops = env->host->ops(env, &d->be);
     if (!d->ops || !MPX_OPS_HAS(d->ops, flags) || !(d->ops->flags & MPX_OPS_DEVICE_MEMORY)) return MPX_OK;
@@ -99,6 +99,7 @@ int optc_device_get(mpx_env *env, optc_device *d)
         return MPX_FAIL(env, "the backend's memory is not host-addressable and it has no fused_update "
                         "(ABI 1.4): this optimizer cannot run on it");
     d->on = 1;
+    d->in_place = (d->ops->flags & MPX_OPS_FUSED_ADD_IN_PLACE) != 0;
     return MPX_OK;
 }
 
@@ -123,6 +124,14 @@ int optc_fused_run(mpx_env *env, const optc_device *d, mpx_fused_update *f, cons
     int rc = d->ops->fused_update(d->be, f);
     if (rc) return MPX_FAIL(env, "fused update of parameter %zu (%zu elements) failed", pc->param, pc->len);
     return MPX_OK;
+}
+
+int optc_fused_apply(mpx_env *env, const optc_device *d, const mpx_opt_step *s, mpx_fused_update *f,
+                     const mpx_piece *pc)
+{
+    f->add_in_place = d->in_place && optc_add_in_place(s);
+    MPX_TRY(optc_fused_run(env, d, f, pc));
+    return f->add_in_place ? MPX_OK : env->host->apply_update(env, pc, s->update);
 }
 
 /* ---- state in fp16 or any format ---- */

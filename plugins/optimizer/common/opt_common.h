@@ -66,6 +66,7 @@ float optc_state_next_scale(const optc_state *st, float amax, float old);
  * the host loops; the host loops stay the path for the cpu backend. */
 typedef struct optc_device {
     int on;                /* 1: use fused_update */
+    int in_place;          /* on, and its fused_update adds into an fp32 param (ABI 1.18) */
     const mpx_ops *ops;
     void *be;
 } optc_device;
@@ -77,6 +78,10 @@ int optc_device_get(mpx_env *env, optc_device *d);
 /* A fused_update argument for `rule` over piece pc of step s: buffers at the piece's
  * offset, its weight decay; the rule's constants are left for the caller. */
 mpx_fused_update optc_fused_piece(mpx_fused_rule rule, const mpx_opt_step *s, const mpx_piece *pc);
+/* Runs f (optc_fused_run) with the update added into param in the same pass where the
+ * host granted it and the backend can (ABI 1.18); else hands the update to apply_update. */
+int optc_fused_apply(mpx_env *env, const optc_device *d, const mpx_opt_step *s, mpx_fused_update *f,
+                     const mpx_piece *pc);
 
 /* Runs f on the device, naming the parameter in an error. */
 int optc_fused_run(mpx_env *env, const optc_device *d, mpx_fused_update *f, const mpx_piece *pc);

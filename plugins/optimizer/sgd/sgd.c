@@ -79,8 +79,7 @@ static int sgd_step(void *self, mpx_env *env, const mpx_opt_step *s)
             f.one_minus_dampening = o->one_minus_dampening;
             f.nesterov = o->nesterov;
             f.first_step = s->step == 1;
-            MPX_TRY(optc_fused_run(env, &dev, &f, pc));
-            MPX_TRY(env->host->apply_update(env, pc, s->update));
+            MPX_TRY(optc_fused_apply(env, &dev, s, &f, pc));
             continue;
         }
         for (size_t done = 0; done < pc->len; done += OPTC_CHUNK) {
