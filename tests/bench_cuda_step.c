@@ -12,6 +12,7 @@
  *   bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile]
  *                   [--attention ops|per-example|batched]   (backend.cuda.attention)
  *                   [--fused]                               (backend.cuda.fused = true)
+ *                   [--epilogue]                            (backend.cuda.epilogue = true)
  * (from the repository root) prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
  * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
  * without a ceiling: a check of this program on a machine without a GPU. --profile adds,
@@ -155,6 +156,7 @@ typedef struct result {
 static const char *backend_name = "cuda";
 static const char *attention = "ops";   /* backend.cuda.attention (--attention) */
 static int fused;   /* backend.cuda.fused (--fused) */
+static int epilogue;   /* backend.cuda.epilogue (--epilogue) */
 
 static int write_cfg(const char *path, const char *ckpt, const char *prec, int batch)
 {
@@ -165,9 +167,9 @@ static int write_cfg(const char *path, const char *ckpt, const char *prec, int b
                "model = { plugin = \"bert-qa\"; checkpoint = \"%s\"; bert-qa = { random_init = true; }; };\n"
                "train = { batch_size = %d; gradient_clipping = 1.0; };\n"
                "precision = { plugin = \"%s\"; };\n"
-               "backend = { plugin = \"%s\"; cuda = { attention = \"%s\"; fused = %s; }; };\n"
+               "backend = { plugin = \"%s\"; cuda = { attention = \"%s\"; fused = %s; epilogue = %s; }; };\n"
                "optimizer = { plugin = \"adam\"; lr = 1e-4; adam = { weight_decay = 0.01; }; };\n",
-            ckpt, batch, prec, backend_name, attention, fused ? "true" : "false");
+            ckpt, batch, prec, backend_name, attention, fused ? "true" : "false", epilogue ? "true" : "false");
     return fclose(f);
 }
 
@@ -269,9 +271,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
         else if (!strcmp(argv[i], "--fused")) fused = 1;
+        else if (!strcmp(argv[i], "--epilogue")) epilogue = 1;
         else {
             fprintf(stderr, "usage: bench_cuda_step [--steps N] [--batch B] [--out DIR] [--backend NAME] [--profile] "
-                    "[--attention ops|per-example|batched] [--fused]\n");
+                    "[--attention ops|per-example|batched] [--fused] [--epilogue]\n");
             return 2;
         }
     }

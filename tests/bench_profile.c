@@ -110,13 +110,13 @@ static void add_shape(const mpx_gemm *g, double dt)
     pthread_mutex_unlock(&sum_mu);
 }
 
-/* A linear GEMM (gemm_bias: with its bias add, ABI 1.13) timed into the GEMM class and
- * its shape's row. */
-static int linear_timed(void *be, const mpx_gemm *g, const mpx_arg *bias)
+/* A linear GEMM (gemm_bias: with its bias add, ABI 1.13; gemm_bias_as_c: with the bias
+ * as its C, ABI 1.18) timed into the GEMM class and its shape's row. */
+static int linear_timed(void *be, const mpx_gemm *g, const mpx_arg *bias, int as_c)
 {
     if (sync_fn) sync_fn();
     double t0 = now();
-    int rc = bias ? real->gemm_bias(be, g, *bias) : real->gemm(be, g);
+    int rc = !bias ? real->gemm(be, g) : as_c ? real->gemm_bias_as_c(be, g, *bias) : real->gemm_bias(be, g, *bias);
     if (sync_fn) sync_fn();
     double dt = now() - t0;
     pthread_mutex_lock(&sum_mu);
@@ -129,12 +129,17 @@ static int linear_timed(void *be, const mpx_gemm *g, const mpx_arg *bias)
 static int w_gemm(void *be, const mpx_gemm *g)
 {
     if (!enabled || depth || g->batch > 1) TIMED(g->batch > 1 ? C_ATTN_GEMM : C_GEMM, real->gemm(be, g));
-    return linear_timed(be, g, NULL);
+    return linear_timed(be, g, NULL, 0);
 }
 static int w_gemm_bias(void *be, const mpx_gemm *g, mpx_arg bias)
 {
     if (!enabled || depth) TIMED(C_GEMM, real->gemm_bias(be, g, bias));
-    return linear_timed(be, g, &bias);
+    return linear_timed(be, g, &bias, 0);
+}
+static int w_gemm_bias_as_c(void *be, const mpx_gemm *g, mpx_arg bias)
+{
+    if (!enabled || depth) TIMED(C_GEMM, real->gemm_bias_as_c(be, g, bias));
+    return linear_timed(be, g, &bias, 1);
 }
 static int w_bias_add(void *be, mpx_arg x, mpx_arg b, mpx_arg y, size_t r, size_t c)
 {
@@ -273,6 +278,7 @@ int bench_profile_install(mpx_session *s)
         if (real->attention_bwd) wrapped.attention_bwd = w_attn_bwd;
     }
     if (MPX_OPS_HAS(real, gemm_bias) && real->gemm_bias) wrapped.gemm_bias = w_gemm_bias;
+    if (MPX_OPS_HAS(real, gemm_bias_as_c) && real->gemm_bias_as_c) wrapped.gemm_bias_as_c = w_gemm_bias_as_c;
     if (MPX_OPS_HAS(real, dropout_add_layernorm_fwd) && real->dropout_add_layernorm_fwd)
         wrapped.dropout_add_layernorm_fwd = w_daln;
     s->ops = &wrapped;

@@ -140,11 +140,12 @@ say "step timing"
 timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest" --profile | tee "$dest/cuda_bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 # the same with the attention op issuing each attention GEMM as one batched call
-# (backend.cuda.attention = "batched"; cuda_attention.c) and the fused ops
+# (backend.cuda.attention = "batched"; cuda_attention.c), the fused ops
 # (backend.cuda.fused = true: softmax + dropout, dropout + residual + layernorm; cuda_rows.cu)
-say "step timing, attention = batched, fused ops"
+# and the linear layers' bias in cuBLASLt's epilogue (backend.cuda.epilogue = true; cuda_gemm.c)
+say "step timing, attention = batched, fused ops, bias epilogue"
 timeout 300 build/bench/bench_cuda_step --steps 10 --batch 32 --out "$dest/attention-batched" --attention batched \
-    --fused --profile |
+    --fused --epilogue --profile |
     tee "$dest/cuda_bench_attention_batched.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 finish "$rc"

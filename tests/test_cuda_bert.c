@@ -74,12 +74,19 @@ static void run_policy_with(const char *policy, double tol, const char *cuda_opt
             cr_expect(rec && strstr(rec, want), "%s: run.json does not say \"%s\"", policy, want);
             free(rec);
         }
+        if (s && !strcmp(be[s], "cuda") && strstr(cuda_opts, "epilogue=true")) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/run.json", dir);
+            char *rec = ts_slurp(path, NULL);
+            cr_expect(rec && strstr(rec, "bias epilogue on"), "%s: run.json does not say \"bias epilogue on\"", policy);
+            free(rec);
+        }
     }
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss);
         char what[96];
-        snprintf(what, sizeof what, "tiny-BERT %s%s step %d loss (relative)", policy, *cuda_opts ? " (attention op)" : "",
-                 i);
+        snprintf(what, sizeof what, "tiny-BERT %s%s step %d loss (relative)", policy,
+                 !*cuda_opts ? "" : strstr(cuda_opts, "epilogue") ? " (bias epilogue)" : " (attention op)", i);
         errlog(what, rel, tol);
         cr_expect(rel <= tol, "%s step %d: loss cpu %.9g cuda %.9g (relative %.3g > %.3g)", policy, i, r[0][i].loss,
                   r[1][i].loss, rel, tol);
@@ -109,6 +116,13 @@ Test(cuda_bert, bf16_master_step_with_the_batched_attention_op, .timeout = 120)
     run_policy_with("bf16-master", 2e-2, ATTN("batched"));
 }
 Test(cuda_bert, amp_step_with_the_batched_attention_op, .timeout = 120) { run_policy_with("amp", 2e-2, ATTN("batched")); }
+/* backend.cuda.epilogue: the linear layers' bias in cuBLASLt's epilogue (ABI 1.13 and
+ * 1.18); another kernel than cublasGemmEx's may sum the products in another order, so the
+ * runs are held to the cpu backend's tolerance, not to the default cuda run's bits */
+#define EPI "-s backend.cuda.epilogue=true"
+Test(cuda_bert, fp32_step_with_the_bias_epilogue, .timeout = 120) { run_policy_with("fp32", 1e-4, EPI); }
+Test(cuda_bert, bf16_master_step_with_the_bias_epilogue, .timeout = 120) { run_policy_with("bf16-master", 2e-2, EPI); }
+Test(cuda_bert, amp_step_with_the_bias_epilogue, .timeout = 120) { run_policy_with("amp", 2e-2, EPI); }
 
 /* backend.cuda.fused = true changes no bit (the contract of ABI 1.10's softmax + dropout
  * and 1.17's dropout + residual + layernorm): two cuda runs, the default and the fused

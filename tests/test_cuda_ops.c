@@ -312,6 +312,96 @@ Test(cuda_gemm, a_shared_operand_at_stride_0, .timeout = 300)
     cuda_pair_close(&p);
 }
 
+/* ---- the bias epilogue (ABI 1.13 gemm_bias, 1.18 gemm_bias_as_c), backend.cuda.epilogue = true ---- */
+
+/* A linear layer x W^T + b on side s: the op where that side's table has it, else the ops
+ * it stands for (the cpu side: its gemm_bias, and the fill and GEMM for as_c). */
+static int linear_on(const mpx_ops *o, void *be, int as_c, const mpx_gemm *g, mpx_arg bias)
+{
+    if (!as_c) {
+        if (MPX_OPS_HAS(o, gemm_bias) && o->gemm_bias) return o->gemm_bias(be, g, bias);
+        int rc = o->gemm(be, g);
+        return rc ? rc : o->bias_add(be, g->c, bias, g->c, (size_t)g->m, (size_t)g->n);
+    }
+    if (MPX_OPS_HAS(o, gemm_bias_as_c) && o->gemm_bias_as_c) return o->gemm_bias_as_c(be, g, bias);
+    int rc = o->fill_zero(be, g->c.p, (size_t)g->m * (size_t)g->n * mpx_dtype_size(g->c.t));
+    if (!rc) rc = o->bias_add(be, g->c, bias, g->c, (size_t)g->m, (size_t)g->n);
+    return rc ? rc : o->gemm(be, g);
+}
+
+/* One linear layer at [m x k] x [n x k]^T: the epilogue's op on cuda against the cpu
+ * backend's ops under the GEMM bound, and against cuda's own ops (another kernel may sum
+ * in another order: how many elements differ is logged, not asserted). */
+static void linear_case(cuda_pair *p, cuda_pair *ops_only, int as_c, int m, int n, int k, mpx_dtype dx, mpx_dtype dw,
+                        mpx_dtype db, mpx_dtype dc, mpx_dtype comp)
+{
+    pbuf X = pb_random(p, dx, (size_t)m * k, 60, -1, 1), W = pb_random(p, dw, (size_t)n * k, 61, -1, 1);
+    pbuf B = pb_random(p, db, (size_t)n, 62, -1, 1), C = pb_random(p, dc, (size_t)m * n, 63, -1, 1);
+    for (int s = 0; s < 2; s++) {
+        mpx_gemm g = { .trans_a = 0, .trans_b = 1, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = as_c ? 1.0f : 0.0f,
+                       .a = X.a[s], .lda = k, .b = W.a[s], .ldb = k, .c = C.a[s], .ldc = n, .batch = 1, .compute = comp };
+        int rc = linear_on(p->side[s].ops, p->side[s].be, as_c, &g, B.a[s]);
+        cr_assert_eq(rc, 0, "linear on %s: %s", s ? "cuda" : "cpu", th_error(th_backend_env(p->side[s].env)));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s %dx%dx%d, %s x %s + %s bias -> %s, compute %s", as_c ? "gemm_bias_as_c" : "gemm_bias",
+             m, n, k, mpx_dtype_name(dx), mpx_dtype_name(dw), mpx_dtype_name(db), mpx_dtype_name(dc),
+             mpx_dtype_name(comp));
+    double e = pb_nmse(p, &C), bound = gemm_nmse_bound(dc, k);
+    errlog(what, e, bound);
+    cr_expect(e <= bound, "%s: normalised error %.3g > %.3g", what, e, bound);
+    if (ops_only) {   /* the same inputs through cuda's separate ops */
+        double *got = pb_fetch(p, &C);
+        pbuf X2 = pb_random(ops_only, dx, (size_t)m * k, 60, -1, 1), W2 = pb_random(ops_only, dw, (size_t)n * k, 61, -1, 1);
+        pbuf B2 = pb_random(ops_only, db, (size_t)n, 62, -1, 1), C2 = pb_random(ops_only, dc, (size_t)m * n, 63, -1, 1);
+        mpx_gemm g = { .trans_a = 0, .trans_b = 1, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = as_c ? 1.0f : 0.0f,
+                       .a = X2.a[1], .lda = k, .b = W2.a[1], .ldb = k, .c = C2.a[1], .ldc = n, .batch = 1, .compute = comp };
+        cr_assert_eq(linear_on(ops_only->side[1].ops, ops_only->side[1].be, as_c, &g, B2.a[1]), 0, "%s: the ops", what);
+        double *ref = pb_fetch(ops_only, &C2);
+        size_t differ = 0;
+        for (size_t i = 0; i < C.n; i++) differ += memcmp(&got[C.n + i], &ref[C2.n + i], sizeof *got) != 0;
+        cr_log_info("%s: %zu of %zu elements differ from cuda's fill, bias add and cublasGemmEx", what, differ, C.n);
+        free(got);
+        free(ref);
+        pb_free(ops_only, &X2);
+        pb_free(ops_only, &W2);
+        pb_free(ops_only, &B2);
+        pb_free(ops_only, &C2);
+    }
+    pb_free(p, &X);
+    pb_free(p, &W);
+    pb_free(p, &B);
+    pb_free(p, &C);
+}
+
+/* The model's linear layers (bert-base, 12,288 tokens: k = 768 in, 3072 for the FFN's
+ * down projection) in each policy's dtypes: fp32 (gemm_bias), bf16-master (bf16 all
+ * through), amp (fp32 weight and bias into an fp16 GEMM and C); and a C that cuBLAS does
+ * not write from the inputs (fp16 GEMM into bf16), which takes the ops. */
+Test(cuda_gemm, bias_epilogue_at_the_models_shapes, .timeout = 300)
+{
+    cuda_pair p, q;
+    cuda_pair_open(&p, "device = -1; epilogue = true;");
+    int self = getenv("MPX_TEST_DEVICE_SO") && *getenv("MPX_TEST_DEVICE_SO");
+    if (!self) {
+        const mpx_ops *o = p.side[1].ops;
+        cr_assert(MPX_OPS_HAS(o, gemm_bias_as_c) && o->gemm_bias && o->gemm_bias_as_c, "epilogue = true has no bias ops");
+        cuda_pair_open(&q, NULL);
+        cr_expect(!q.side[1].ops->gemm_bias && !q.side[1].ops->gemm_bias_as_c, "the default instance has the bias ops");
+    }
+    const int ks[2] = { 768, 3072 };
+    for (int i = 0; i < 2; i++) {
+        linear_case(&p, self ? NULL : &q, 0, 12288, 96, ks[i], MPX_F32, MPX_F32, MPX_F32, MPX_F32, MPX_F32);
+        linear_case(&p, self ? NULL : &q, 1, 12288, 96, ks[i], MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16, MPX_BF16);
+        linear_case(&p, self ? NULL : &q, 1, 12288, 96, ks[i], MPX_F16, MPX_F32, MPX_F32, MPX_F16, MPX_F16);
+        linear_case(&p, self ? NULL : &q, 1, 12288, 96, ks[i], MPX_BF16, MPX_BF16, MPX_BF16, MPX_F32, MPX_BF16);
+    }
+    linear_case(&p, self ? NULL : &q, 1, 333, 77, 129, MPX_F16, MPX_F16, MPX_F16, MPX_BF16, MPX_F16);
+    linear_case(&p, self ? NULL : &q, 0, 333, 77, 129, MPX_BF16, MPX_BF16, MPX_BF16, MPX_F32, MPX_BF16);
+    if (!self) cuda_pair_close(&q);
+    cuda_pair_close(&p);
+}
+
 /* ---- rows ---- */
 
 Test(cuda_rows, bias_layernorm_softmax_every_dtype)

@@ -406,6 +406,7 @@ int mpx_nonfinite_begin(mpx_session *s, char *err, size_t errlen)
         o->dropout_softmax_bwd = NULL;
     }
     if (MPX_OPS_HAS(o, gemm_bias)) o->gemm_bias = NULL;   /* gemm, then bias_add: each checked */
+    if (MPX_OPS_HAS(o, gemm_bias_as_c)) o->gemm_bias_as_c = NULL;   /* the bias fill, then gemm */
     if (MPX_OPS_HAS(o, dropout_add_layernorm_fwd)) o->dropout_add_layernorm_fwd = NULL;   /* the three alone */
     active = L;
     return 0;

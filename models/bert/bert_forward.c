@@ -46,7 +46,8 @@ static int fill_bias(bert *m, mpx_arg b, mpx_arg y, size_t rows, size_t cols)
  * its own, so the GEMM writes it (beta 0) and bias_add rounds the sum once: the same bits
  * (the chain's sum is never -0), one pass over y fewer, and the GEMM may cut K into
  * blocks (it keeps K whole when it reads C). A backend with gemm_bias (ABI 1.13) does
- * the two in one op, adding the bias as it stores y: one more pass fewer. */
+ * the two in one op, adding the bias as it stores y: one more pass fewer; for a 16-bit y,
+ * one with gemm_bias_as_c (ABI 1.18) does the fill and the GEMM in one. */
 int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int out)
 {
     if (y.t == MPX_F32) {
@@ -55,6 +56,11 @@ int bert_linear_fwd(bert *m, mpx_arg x, size_t w, mpx_arg y, int T, int in, int 
         if (MPX_OPS_HAS(m->ops, gemm_bias) && m->ops->gemm_bias) return m->ops->gemm_bias(m->be, &g, bert_w(m, w + 1));
         MPX_TRY(m->ops->gemm(m->be, &g));
         return m->ops->bias_add(m->be, y, bert_w(m, w + 1), y, (size_t)T, (size_t)out);
+    }
+    if (MPX_OPS_HAS(m->ops, gemm_bias_as_c) && m->ops->gemm_bias_as_c) {   /* the two below in one op (ABI 1.18) */
+        mpx_gemm g = gemm_of(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in), 1.0f,
+                             bert_mat_of(y, out), 1);
+        return m->ops->gemm_bias_as_c(m->be, &g, bert_w(m, w + 1));
     }
     MPX_TRY(fill_bias(m, bert_w(m, w + 1), y, (size_t)T, (size_t)out));
     return bert_gemm(m, 0, 1, T, out, in, 1.0f, bert_mat_of(x, in), bert_mat_of(bert_w(m, w), in),
@@ -76,7 +82,8 @@ long long bert_qkv_spacing(const bert *m, int l)
  * stride 0) when their parameters and outputs lie at one spacing — the same arithmetic
  * element for element: a 16-bit C is filled with its bias and read (beta 1), an fp32 C is
  * written (beta 0) and bias_add rounds the sum. With fp32 outputs and the backend's
- * gemm_bias (which takes one matrix) the three linear layers stay. */
+ * gemm_bias, or 16-bit outputs and its gemm_bias_as_c (each takes one matrix: its pass
+ * over C saved outweighs two launches), the three linear layers stay. */
 static int qkv_fwd(bert *m, int l, mpx_arg x, const bert_layer_act *a)
 {
     const int T = m->cur_b * m->cur_s, H = m->cfg.hidden;
@@ -84,7 +91,8 @@ static int qkv_fwd(bert *m, int l, mpx_arg x, const bert_layer_act *a)
     const mpx_arg y[3] = { mpx_a(a->q, m->dt_act), mpx_a(a->k, m->dt_act), mpx_a(a->v, m->dt_act) };
     const long long sw = bert_qkv_spacing(m, l), sc = bert_spacing3(a->q, a->k, a->v, mpx_dtype_size(m->dt_act));
     const int f32 = m->dt_act == MPX_F32;
-    if (!sw || !sc || (f32 && MPX_OPS_HAS(m->ops, gemm_bias) && m->ops->gemm_bias)) {
+    if (!sw || !sc || (f32 && MPX_OPS_HAS(m->ops, gemm_bias) && m->ops->gemm_bias) ||
+        (!f32 && MPX_OPS_HAS(m->ops, gemm_bias_as_c) && m->ops->gemm_bias_as_c)) {
         for (int i = 0; i < 3; i++) MPX_TRY(bert_linear_fwd(m, x, w[i], y[i], T, H, H));
         return 0;
     }

@@ -54,7 +54,9 @@
  *       (dropout, residual add, LayerNorm) in one pass, bit for bit the three ops;
  *  1.18 mpx_fused_update.add_in_place and MPX_OPS_FUSED_ADD_IN_PLACE (mpx/ops.h): on
  *       device memory too, ADAM and SGD add their update into an fp32 param in the same
- *       pass where the host grants MPX_STEP_ADD_IN_PLACE, bit for bit apply_update. */
+ *       pass where the host grants MPX_STEP_ADD_IN_PLACE, bit for bit apply_update;
+ *       mpx_ops.gemm_bias_as_c (optional, mpx/ops.h): a linear layer's forward into a
+ *       16-bit C, the bias rounded to C's dtype read as the GEMM's C, in one op. */
 #define MPX_ABI_MINOR 18
 
 #if defined(__GNUC__)

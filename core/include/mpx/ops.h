@@ -301,6 +301,19 @@ typedef struct mpx_ops {
     int (*dropout_add_layernorm_fwd)(void *be, mpx_arg x, float p, mpx_rng rng, mpx_arg resid, mpx_arg r,
                                      mpx_arg gamma, mpx_arg beta, mpx_arg y, float *mean, float *rstd,
                                      size_t rows, size_t cols, float eps);
+
+    /* ---- ABI 1.18 (read only when `size` covers it; NULL when the backend has none, and
+     * the caller then runs the ops one after the other) ----
+     * A linear layer's forward as addmm computes it into a C of any dtype: C filled with
+     * the bias broadcast over its rows and rounded to C's dtype (fill_zero, then
+     * bias_add(C, bias, C, g->m, g->n)), then gemm(g) with g->beta = 1, which reads that
+     * C: one rounding of product plus bias. g->batch must be 1, g->beta 1 and g->ldc
+     * g->n; bias holds g->n values. What is saved is the fill's two passes over C and the
+     * GEMM's read of it: a backend may add the bias in its GEMM's epilogue. The rounding
+     * is the ops'; the GEMM's summation order is the backend's GEMM's (the cuda backend's
+     * may pick another cuBLAS kernel for it than for gemm: not bit for bit that op there,
+     * within its bound, docs/CUDA.md). */
+    int (*gemm_bias_as_c)(void *be, const mpx_gemm *g, mpx_arg bias);
 } mpx_ops;
 
 /* True when the table `o` reaches field `f` (a table older than 1.4 stops before `flags`). */

@@ -31,6 +31,11 @@ static const mpx_option cuda_options[] = {
               "in one pass each way (ABI 1.10, also inside the attention op) and a post-LN block's dropout, residual "
               "add and layernorm in one pass (ABI 1.17); off, those run as separate kernels. Not yet run on a GPU: "
               "see docs/CUDA.md" },
+    { .key = "epilogue", .type = MPX_OPT_BOOL, .def = "false", .min = 1, .max = 0,
+      .help = "the linear layers' bias added in the GEMM's epilogue (cuBLASLt, CUBLASLT_EPILOGUE_BIAS): one op "
+              "instead of the bias fill, bias add and GEMM (ABI 1.13 gemm_bias, 1.18 gemm_bias_as_c). The same "
+              "rounding as those ops, but cuBLASLt may pick another kernel than cublasGemmEx, so the GEMM may "
+              "sum in another order: other bits, within the GEMM's bound. Not yet run on a GPU: see docs/CUDA.md" },
 };
 
 int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what)
@@ -106,6 +111,41 @@ const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_
 #define CUDA_STR(x) CUDA_STR_(x)
 #define CUBLAS_SONAME "libcublas.so." CUDA_STR(CUBLAS_VER_MAJOR)
 
+#define CUBLASLT_SONAME "libcublasLt.so." CUDA_STR(CUBLAS_VER_MAJOR)
+
+/* cuBLASLt for backend.cuda.epilogue: its entry points and a handle. */
+static int open_cublaslt(cuda_be *be)
+{
+    const char *paths[] = { CUBLASLT_SONAME, MPX_CUDA_LIB_DIR "/" CUBLASLT_SONAME };
+    cuda_lt *lt = &be->lt;
+    for (size_t i = 0; i < 2 && !lt->lib; i++) lt->lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lt->lib) return CUDA_FAIL(be, "backend.cuda.epilogue: cannot open cuBLASLt (%s): %s", CUBLASLT_SONAME, dlerror());
+    struct { void **slot; const char *name; } syms[] = {
+        { (void **)&lt->create, "cublasLtCreate" },
+        { (void **)&lt->destroy, "cublasLtDestroy" },
+        { (void **)&lt->desc_create, "cublasLtMatmulDescCreate" },
+        { (void **)&lt->desc_destroy, "cublasLtMatmulDescDestroy" },
+        { (void **)&lt->desc_set, "cublasLtMatmulDescSetAttribute" },
+        { (void **)&lt->layout_create, "cublasLtMatrixLayoutCreate" },
+        { (void **)&lt->layout_destroy, "cublasLtMatrixLayoutDestroy" },
+        { (void **)&lt->pref_create, "cublasLtMatmulPreferenceCreate" },
+        { (void **)&lt->pref_destroy, "cublasLtMatmulPreferenceDestroy" },
+        { (void **)&lt->pref_set, "cublasLtMatmulPreferenceSetAttribute" },
+        { (void **)&lt->heuristic, "cublasLtMatmulAlgoGetHeuristic" },
+        { (void **)&lt->matmul, "cublasLtMatmul" },
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].slot = dlsym(lt->lib, syms[i].name);
+        if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLASLT_SONAME, syms[i].name);
+    }
+    cublasStatus_t s = lt->create(&lt->handle);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        lt->handle = NULL;
+        return CUDA_FAIL(be, "backend.cuda.epilogue: cublasLtCreate failed (status %d)", (int)s);
+    }
+    return MPX_OK;
+}
+
 static int open_cublas(cuda_be *be)
 {
     /* the soname through the plugin's RUNPATH, else the toolkit it was built against */
@@ -126,6 +166,7 @@ static int open_cublas(cuda_be *be)
         *syms[i].slot = dlsym(be->api.lib, syms[i].name);
         if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLAS_SONAME, syms[i].name);
     }
+    if (be->epilogue) MPX_TRY(open_cublaslt(be));
     /* only attention = "batched" calls it */
     *(void **)&be->api.gemm_batched_ex = dlsym(be->api.lib, "cublasGemmBatchedEx");
     if (be->attention == CUDA_ATTN_BATCHED && !be->api.gemm_batched_ex)
@@ -143,6 +184,7 @@ static void cuda_destroy(void *vbe)
     for (int i = 0; i < CUDA_WS_SLOTS; i++) if (be->ws[i]) cudaFree(be->ws[i]);
     for (int i = 0; i < 2; i++) free(be->hws[i]);
     if (be->blas) be->api.destroy(be->blas);   /* the library stays open: never dlclose */
+    if (be->lt.handle) be->lt.destroy(be->lt.handle);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -164,11 +206,12 @@ static int cuda_create(mpx_env *env, void **out)
     int64_t device = -1;
     int tf32 = 0;
     const char *attention = "ops";
-    int fused = 0;
+    int fused = 0, epilogue = 0;
     MPX_TRY(env->host->opt_int(env, "device", &device));
     MPX_TRY(env->host->opt_bool(env, "tf32", &tf32));
     MPX_TRY(env->host->opt_string(env, "attention", &attention));
     MPX_TRY(env->host->opt_bool(env, "fused", &fused));
+    MPX_TRY(env->host->opt_bool(env, "epilogue", &epilogue));
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -197,6 +240,11 @@ static int cuda_create(mpx_env *env, void **out)
         be->ops.dropout_softmax_bwd = cuda_dropout_softmax_bwd;
         be->ops.dropout_add_layernorm_fwd = cuda_dropout_add_layernorm_fwd;
     }
+    be->epilogue = epilogue;
+    if (be->epilogue) {
+        be->ops.gemm_bias = cuda_gemm_bias;
+        be->ops.gemm_bias_as_c = cuda_gemm_bias_as_c;
+    }
     struct cudaDeviceProp prop;
     /* A blocking stream: it orders with the legacy default stream, where comm/nccl runs. */
     if (cuda_rt_(be, cudaSetDevice(be->device), __FILE__, __LINE__, "cudaSetDevice") ||
@@ -223,9 +271,9 @@ static int cuda_create(mpx_env *env, void **out)
     cudaRuntimeGetVersion(&rt);
     be->api.get_version(be->blas, &blas_v);
     snprintf(be->line, sizeof be->line, "cuda: device %d %.96s (sm_%d%d, %.0f GiB), runtime %d.%d, cuBLAS %d, tf32 %s, "
-             "attention %s, fused ops %s", be->device, prop.name, prop.major, prop.minor,
+             "attention %s, fused ops %s, bias epilogue %s", be->device, prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000, (rt % 1000) / 10, blas_v,
-             tf32 ? "on" : "off", attention, fused ? "on" : "off");
+             tf32 ? "on" : "off", attention, fused ? "on" : "off", epilogue ? "on" : "off");
     *out = be;
     return MPX_OK;
 }
@@ -322,7 +370,7 @@ static const mpx_backend_vtable cuda_vtable = {
     .destroy = cuda_destroy,
     .ops = &cuda_ops,
     .describe = cuda_describe,
-    .instance_ops = cuda_instance_ops,   /* ABI 1.16: backend.cuda.attention, .fused */
+    .instance_ops = cuda_instance_ops,   /* ABI 1.16: backend.cuda.attention, .fused, .epilogue */
 };
 
 static const mpx_plugin_desc cuda_desc = {

@@ -16,6 +16,7 @@
 
 #include "mpx/mpx.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -47,21 +48,43 @@ typedef struct cuda_blas {
     CUDA_FN(cublasGemmBatchedEx) gemm_batched_ex;   /* the attention op's "batched" GEMMs */
 } cuda_blas;
 
+/* cuBLASLt, opened at create only with backend.cuda.epilogue (the bias epilogue of the
+ * linear layers' GEMMs: cuda_gemm.c). */
+typedef struct cuda_lt {
+    void *lib;
+    cublasLtHandle_t handle;
+    CUDA_FN(cublasLtCreate) create;
+    CUDA_FN(cublasLtDestroy) destroy;
+    CUDA_FN(cublasLtMatmulDescCreate) desc_create;
+    CUDA_FN(cublasLtMatmulDescDestroy) desc_destroy;
+    CUDA_FN(cublasLtMatmulDescSetAttribute) desc_set;
+    CUDA_FN(cublasLtMatrixLayoutCreate) layout_create;
+    CUDA_FN(cublasLtMatrixLayoutDestroy) layout_destroy;
+    CUDA_FN(cublasLtMatmulPreferenceCreate) pref_create;
+    CUDA_FN(cublasLtMatmulPreferenceDestroy) pref_destroy;
+    CUDA_FN(cublasLtMatmulPreferenceSetAttribute) pref_set;
+    CUDA_FN(cublasLtMatmulAlgoGetHeuristic) heuristic;
+    CUDA_FN(cublasLtMatmul) matmul;
+} cuda_lt;
+
 /* backend.cuda.attention: whether the instance's op table has the attention op (ABI
  * 1.11), and how its GEMMs are issued (cuda_attention.c) */
 enum { CUDA_ATTN_OPS = 0, CUDA_ATTN_PER_EXAMPLE = 1, CUDA_ATTN_BATCHED = 2 };
 
 /* 0, 1, 6: GEMM operands; 2: column partials; 3: row results; 4: plans; 5: counters;
- * 7, 8: the attention op's [batch, heads, seq, seq] intermediates; 9: its pointer arrays */
-#define CUDA_WS_SLOTS 10
+ * 7, 8: the attention op's [batch, heads, seq, seq] intermediates; 9: its pointer arrays;
+ * 10: cuBLASLt's workspace; 11: the bias of an epilogue in C's dtype */
+#define CUDA_WS_SLOTS 12
 typedef struct cuda_be {
     mpx_env *env;              /* for errors */
     int device, tf32, attention;
     int fused;                 /* backend.cuda.fused: the optional fused ops of ABI 1.10 and 1.17 */
+    int epilogue;              /* backend.cuda.epilogue: gemm_bias and gemm_bias_as_c on cuBLASLt */
     mpx_ops ops;               /* this instance's op table (ABI 1.16 instance_ops) */
     cudaStream_t stream;
     cuda_blas api;             /* cuBLAS entry points */
     cublasHandle_t blas;
+    cuda_lt lt;                /* cuBLASLt entry points and handle (epilogue only) */
     void *ws[CUDA_WS_SLOTS];   /* device workspaces (GEMM operands, partials) */
     size_t ws_bytes[CUDA_WS_SLOTS];
     void *hws[2];              /* host staging (ids, partial sums) */
@@ -115,6 +138,10 @@ int cuda_convert_matrix(cuda_be *be, mpx_arg src, int rows, int cols, int ld, lo
 
 /* cuda_gemm.c */
 int cuda_gemm(void *be, const mpx_gemm *g);
+/* ABI 1.13 and 1.18 on cuBLASLt's bias epilogue, in the instance's table when
+ * backend.cuda.epilogue = true (the ops one after the other where it offers no kernel) */
+int cuda_gemm_bias(void *be, const mpx_gemm *g, mpx_arg bias);
+int cuda_gemm_bias_as_c(void *be, const mpx_gemm *g, mpx_arg bias);
 
 /* cuda_rows.cu */
 int cuda_bias_add(void *be, mpx_arg x, mpx_arg bias, mpx_arg y, size_t rows, size_t cols);
