@@ -44,6 +44,7 @@ typedef struct synth {
     int batch;
     int32_t ids[MAX_BATCH * SEQ], seg[MAX_BATCH * SEQ], mask[MAX_BATCH * SEQ], start[MAX_BATCH], end[MAX_BATCH];
     mpx_itensor t[5];
+    const int32_t *host[5];   /* the same on the host (mpx_batch.host): the model checks them there */
 } synth;
 
 static int synth_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int64_t *tokens, char *err, size_t errlen)
@@ -51,7 +52,7 @@ static int synth_next(mpx_task *t, mpx_session *s, int rows, mpx_batch *out, int
     (void)s;
     synth *d = t->self;
     if (rows != d->batch) { snprintf(err, errlen, "bench: train.batch_size must be %d", d->batch); return -1; }
-    *out = (mpx_batch){ .size = sizeof *out, .tensors = d->t, .n_tensors = 5, .training = 1 };
+    *out = (mpx_batch){ .size = sizeof *out, .tensors = d->t, .n_tensors = 5, .training = 1, .host = d->host };
     *tokens = (int64_t)d->batch * SEQ;
     return 0;
 }
@@ -76,6 +77,8 @@ static void synth_init(synth *d, int batch, int vocab)
     d->t[2] = (mpx_itensor){ "input_mask", d->mask, 2, { batch, SEQ } };
     d->t[3] = (mpx_itensor){ "start_positions", d->start, 1, { batch, 0 } };
     d->t[4] = (mpx_itensor){ "end_positions", d->end, 1, { batch, 0 } };
+    const int32_t *host[5] = { d->ids, d->seg, d->mask, d->start, d->end };
+    memcpy(d->host, host, sizeof host);
 }
 
 /* Batch tensors live in backend memory (mpx/model.h): device copies of the host arrays. */

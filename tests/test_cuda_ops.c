@@ -595,8 +595,25 @@ Test(cuda_misc, ids_and_labels_outside_are_refused)
     int32_t ids[3] = { 0, 7, 2 };
     pbuf id = pb_ints(&p, ids, 3), table = pb_zero(&p, MPX_F32, 5 * 4), y = pb_zero(&p, MPX_F32, 3 * 4);
     cuda_side *c = &p.side[1];
-    cr_expect_neq(c->ops->embedding_fwd(c->be, (const int32_t *)id.a[1].p, 3, table.a[1], 5, 4, y.a[1]), 0);
+    /* cuda checks ids on the device and reports at the next synchronisation (a copy to
+     * the host here); the cpu backend at the op */
+    float back[12];
+    int rc = c->ops->embedding_fwd(c->be, (const int32_t *)id.a[1].p, 3, table.a[1], 5, 4, y.a[1]);
+    if (!rc) rc = c->ops->to_host(c->be, back, y.a[1].p, sizeof back);
+    cr_expect_neq(rc, 0, "an id outside the table was not refused");
     cr_expect(strstr(th_error(th_backend_env(c->env)), "id 7 at position 1") != NULL, "message: %s", th_error(th_backend_env(c->env)));
+    /* reported once: the next synchronisation is clean */
+    cr_expect_eq(c->ops->to_host(c->be, back, y.a[1].p, sizeof back), 0, "%s", th_error(th_backend_env(c->env)));
+    /* the embedding backward's ids, the lowest position outside named */
+    int32_t bad2[4] = { 1, -3, 2, 9 };
+    pbuf id2 = pb_ints(&p, bad2, 4), dy = pb_zero(&p, MPX_F32, 4 * 4);
+    rc = c->ops->embedding_bwd(c->be, (const int32_t *)id2.a[1].p, 4, dy.a[1], table.a[1], 5, 4);
+    if (!rc) rc = c->ops->to_host(c->be, back, y.a[1].p, sizeof back);
+    cr_expect_neq(rc, 0, "an id outside the table was not refused by embedding_bwd");
+    cr_expect(strstr(th_error(th_backend_env(c->env)), "id -3 at position 1") != NULL, "message: %s",
+              th_error(th_backend_env(c->env)));
+    pb_free(&p, &id2);
+    pb_free(&p, &dy);
     double loss;
     cr_expect_neq(c->ops->cross_entropy(c->be, y.a[1], (const int32_t *)id.a[1].p, 3, 4, &loss, mpx_a(NULL, MPX_F32), 1.0f), 0);
     cr_expect(strstr(th_error(th_backend_env(c->env)), "label 7") != NULL, "message: %s", th_error(th_backend_env(c->env)));

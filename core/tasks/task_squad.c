@@ -103,7 +103,7 @@ static int make_batch(mpx_session *s, squad_task *d, const mpx_squad_features *f
                                        { rows, i < 3 ? seq : 0 } };
     }
     *out = (mpx_batch){ .size = sizeof *out, .tensors = d->tensors, .n_tensors = n_t,
-                        .training = labels, .tick = s->tick };
+                        .training = labels, .tick = s->tick, .host = (const int32_t *const *)d->host };
     if (tokens) *tokens = tok;
     if (seq_out) *seq_out = seq;
     return 0;

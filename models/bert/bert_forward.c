@@ -117,9 +117,18 @@ static mpx_arg dropout(bert *m, mpx_arg x, void *buf, size_t n, float p, uint32_
 
 /* ---- inputs ---- */
 
-static int get_input(bert *m, const mpx_batch *b, const char *name, int rows, int cols, const int32_t **out)
+/* The task's host copy of tensor t (ABI 1.18 mpx_batch.host), or NULL. */
+static const int32_t *host_copy(const mpx_batch *b, const mpx_itensor *t)
+{
+    if (b->size < offsetof(mpx_batch, host) + sizeof b->host || !b->host || !t) return NULL;
+    return b->host[t - b->tensors];
+}
+
+static int get_input(bert *m, const mpx_batch *b, const char *name, int rows, int cols, const int32_t **out,
+                     const int32_t **host)
 {
     const mpx_itensor *t = mpx_batch_get(b, name);
+    *host = host_copy(b, t);
     if (!t) return MPX_FAIL(m->env, "batch has no tensor '%s'", name);
     int64_t n = t->ndim == 1 ? t->shape[0] : t->ndim == 2 ? t->shape[0] * t->shape[1] : -1;
     int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) : n == rows;
@@ -131,27 +140,40 @@ static int get_input(bert *m, const mpx_batch *b, const char *name, int rows, in
     return 0;
 }
 
-/* Copies n int32 values to the host and checks them against [0, limit). */
-static int check_range(bert *m, const int32_t *dev, size_t n, int limit, const char *name, const char *what)
+/* n int32 values on the host: the task's copy, else copied back from the backend. */
+static const int32_t *on_host(bert *m, const int32_t *dev, const int32_t *host, size_t n, int *rc)
 {
-    MPX_TRY(m->ops->to_host(m->be, m->h_ids, dev, n * sizeof(int32_t)));
+    if (host) return host;
+    *rc = m->ops->to_host(m->be, m->h_ids, dev, n * sizeof(int32_t));
+    return *rc ? NULL : m->h_ids;
+}
+
+/* Checks n int32 values against [0, limit). */
+static int check_range(bert *m, const int32_t *dev, const int32_t *host, size_t n, int limit, const char *name,
+                       const char *what)
+{
+    int rc = 0;
+    const int32_t *v = on_host(m, dev, host, n, &rc);
+    MPX_TRY(rc);
     for (size_t i = 0; i < n; i++)
-        if (m->h_ids[i] < 0 || m->h_ids[i] >= limit)
-            return MPX_FAIL(m->env, "batch tensor '%s'[%zu] = %d is outside [0, %d) (%s)", name, i,
-                            (int)m->h_ids[i], limit, what);
+        if (v[i] < 0 || v[i] >= limit)
+            return MPX_FAIL(m->env, "batch tensor '%s'[%zu] = %d is outside [0, %d) (%s)", name, i, (int)v[i], limit,
+                            what);
     return 0;
 }
 
 /* The additive mask (1 - mask) * -10000 and the position ids, made on the host. */
-static int prepare_mask_positions(bert *m, const int32_t *mask, int B, int S)
+static int prepare_mask_positions(bert *m, const int32_t *mask, const int32_t *mask_host, int B, int S)
 {
     const size_t T = (size_t)B * (size_t)S;
-    MPX_TRY(m->ops->to_host(m->be, m->h_ids, mask, T * sizeof(int32_t)));
+    int rc = 0;
+    const int32_t *v = on_host(m, mask, mask_host, T, &rc);
+    MPX_TRY(rc);
     float *hm = (float *)m->h_pos; /* same size as T int32 */
     for (size_t i = 0; i < T; i++) {
-        if (m->h_ids[i] != 0 && m->h_ids[i] != 1)
-            return MPX_FAIL(m->env, "batch tensor 'input_mask'[%zu] = %d (0 or 1 expected)", i, (int)m->h_ids[i]);
-        hm[i] = (float)(1 - m->h_ids[i]) * -10000.0f;
+        if (v[i] != 0 && v[i] != 1)
+            return MPX_FAIL(m->env, "batch tensor 'input_mask'[%zu] = %d (0 or 1 expected)", i, (int)v[i]);
+        hm[i] = (float)(1 - v[i]) * -10000.0f;
     }
     MPX_TRY(m->ops->to_device(m->be, m->mask, hm, T * sizeof(float)));
     for (size_t i = 0; i < T; i++) m->h_pos[i] = (int32_t)(i % (size_t)S);
@@ -166,22 +188,22 @@ static int read_inputs(bert *m, const mpx_batch *b)
         return MPX_FAIL(m->env, "batch 'input_ids' is [%lld, %lld] but bind allowed up to [%d, %d]",
                         (long long)ids->shape[0], (long long)ids->shape[1], m->max_b, m->max_s);
     const int B = (int)ids->shape[0], S = (int)ids->shape[1];
-    const int32_t *mask;
-    MPX_TRY(get_input(m, b, "input_ids", B, S, &m->in_ids));
-    MPX_TRY(get_input(m, b, "segment_ids", B, S, &m->in_seg));
-    MPX_TRY(get_input(m, b, "input_mask", B, S, &mask));
-    MPX_TRY(check_range(m, m->in_ids, (size_t)B * S, m->cfg.vocab, "input_ids", "vocab_size"));
-    MPX_TRY(check_range(m, m->in_seg, (size_t)B * S, m->cfg.type_vocab, "segment_ids", "type_vocab_size"));
+    const int32_t *mask, *h[5];
+    MPX_TRY(get_input(m, b, "input_ids", B, S, &m->in_ids, &h[0]));
+    MPX_TRY(get_input(m, b, "segment_ids", B, S, &m->in_seg, &h[1]));
+    MPX_TRY(get_input(m, b, "input_mask", B, S, &mask, &h[2]));
+    MPX_TRY(check_range(m, m->in_ids, h[0], (size_t)B * S, m->cfg.vocab, "input_ids", "vocab_size"));
+    MPX_TRY(check_range(m, m->in_seg, h[1], (size_t)B * S, m->cfg.type_vocab, "segment_ids", "type_vocab_size"));
     m->has_labels = mpx_batch_get(b, "start_positions") && mpx_batch_get(b, "end_positions");
     if (m->has_labels) {
-        MPX_TRY(get_input(m, b, "start_positions", B, 0, &m->labels[0]));
-        MPX_TRY(get_input(m, b, "end_positions", B, 0, &m->labels[1]));
-        MPX_TRY(check_range(m, m->labels[0], (size_t)B, S, "start_positions", "sequence length"));
-        MPX_TRY(check_range(m, m->labels[1], (size_t)B, S, "end_positions", "sequence length"));
+        MPX_TRY(get_input(m, b, "start_positions", B, 0, &m->labels[0], &h[3]));
+        MPX_TRY(get_input(m, b, "end_positions", B, 0, &m->labels[1], &h[4]));
+        MPX_TRY(check_range(m, m->labels[0], h[3], (size_t)B, S, "start_positions", "sequence length"));
+        MPX_TRY(check_range(m, m->labels[1], h[4], (size_t)B, S, "end_positions", "sequence length"));
     }
     m->cur_b = B;
     m->cur_s = S;
-    return prepare_mask_positions(m, mask, B, S);
+    return prepare_mask_positions(m, mask, h[2], B, S);
 }
 
 /* ---- the network ---- */

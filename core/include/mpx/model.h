@@ -64,6 +64,11 @@ typedef struct mpx_batch {
     int n_tensors;
     int training;          /* dropout on, labels present */
     uint32_t tick;         /* step * accumulation_steps + micro_batch, for mpx_rng */
+    /* ABI 1.18 (read only when `size` covers it): host[i] holds tensors[i]'s values in
+     * host memory (the task's copy, valid until the next batch), or host is NULL: a model
+     * that checks its inputs reads them there instead of copying them back, which on a
+     * GPU would wait for the device. */
+    const int32_t *const *host;
 } mpx_batch;
 
 static inline const mpx_itensor *mpx_batch_get(const mpx_batch *b, const char *name)

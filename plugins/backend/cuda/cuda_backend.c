@@ -89,20 +89,23 @@ void *cuda_hws(cuda_be *be, int slot, size_t bytes)
     return be->hws[slot];
 }
 
-const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_t bound,
-                                const char *op, const char *what, int slot)
+int cuda_sync_(cuda_be *be, const char *file, int line, const char *what)
 {
-    int32_t *h = cuda_hws(be, slot, n * sizeof *h);
-    if (!h) return NULL;
-    if (cuda_rt_(be, cudaMemcpyAsync(h, ids, n * sizeof *h, cudaMemcpyDeviceToHost, be->stream), __FILE__, __LINE__, op) ||
-        cuda_rt_(be, cudaStreamSynchronize(be->stream), __FILE__, __LINE__, op))
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (h[i] < 0 || (size_t)h[i] >= bound) {
-            (void)CUDA_FAIL(be, "cuda %s: %s %d at position %zu is outside [0, %zu)", op, what, (int)h[i], i, bound);
-            return NULL;
-        }
-    return h;
+    if (cuda_rt_(be, cudaMemcpyAsync(be->bad_h, be->bad, sizeof be->bad_h, cudaMemcpyDeviceToHost, be->stream), file,
+                 line, what) ||
+        cuda_rt_(be, cudaStreamSynchronize(be->stream), file, line, what))
+        return MPX_ERR;
+    static const char *const op[CUDA_BAD_KINDS] = { "embedding_fwd", "embedding_bwd", "cross_entropy" };
+    for (int k = 0; k < CUDA_BAD_KINDS; k++) {
+        const unsigned long long v = be->bad_h[k];
+        if (v == ~0ull) continue;
+        /* reported once: the checks start clean */
+        (void)cudaMemsetAsync(be->bad, 0xff, CUDA_BAD_KINDS * sizeof *be->bad, be->stream);
+        return CUDA_FAIL(be, "cuda %s: %s %d at position %llu is outside [0, %llu) (checked on the device; found at "
+                         "%s, the next synchronisation; the op skipped it)", op[k], k == CUDA_BAD_LABEL ? "label" : "id",
+                         (int)(int32_t)(uint32_t)(v & 0xffffffffu), v >> 32, be->bad_h[CUDA_BAD_KINDS + k], what);
+    }
+    return MPX_OK;
 }
 
 /* ---- cuBLAS, opened at create ---- */
@@ -182,6 +185,7 @@ static void cuda_destroy(void *vbe)
     if (!be) return;
     if (be->stream) cudaStreamSynchronize(be->stream);
     for (int i = 0; i < CUDA_WS_SLOTS; i++) if (be->ws[i]) cudaFree(be->ws[i]);
+    if (be->bad) cudaFree(be->bad);
     for (int i = 0; i < 2; i++) free(be->hws[i]);
     if (be->blas) be->api.destroy(be->blas);   /* the library stays open: never dlclose */
     if (be->lt.handle) be->lt.destroy(be->lt.handle);
@@ -249,7 +253,9 @@ static int cuda_create(mpx_env *env, void **out)
     /* A blocking stream: it orders with the legacy default stream, where comm/nccl runs. */
     if (cuda_rt_(be, cudaSetDevice(be->device), __FILE__, __LINE__, "cudaSetDevice") ||
         cuda_rt_(be, cudaGetDeviceProperties(&prop, be->device), __FILE__, __LINE__, "cudaGetDeviceProperties") ||
-        cuda_rt_(be, cudaStreamCreate(&be->stream), __FILE__, __LINE__, "cudaStreamCreate")) {
+        cuda_rt_(be, cudaStreamCreate(&be->stream), __FILE__, __LINE__, "cudaStreamCreate") ||
+        cuda_rt_(be, cudaMalloc((void **)&be->bad, sizeof be->bad_h), __FILE__, __LINE__, "cudaMalloc (id checks)") ||
+        cuda_rt_(be, cudaMemset(be->bad, 0xff, sizeof be->bad_h), __FILE__, __LINE__, "cudaMemset (id checks)")) {
         cuda_destroy(be);
         return MPX_ERR;
     }

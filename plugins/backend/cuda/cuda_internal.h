@@ -3,8 +3,9 @@
  * (built with cc) and the .cu files (built with nvcc), hence the extern "C".
  *
  * Every op runs on the instance's stream, asynchronously; an op that hands a result to
- * the host (a loss, a norm, a count) or reads host-visible arguments (ids, labels)
- * synchronises. Rounding contract as the cpu backend's (mpx/ops.h): fp32 inside, each
+ * the host (a loss, a norm, a count) synchronises. Ids and labels are checked on the
+ * device, and the first one outside its bound is reported, naming the op, the value and
+ * its position, by the next op that synchronises (cuda_sync_). Rounding contract as the cpu backend's (mpx/ops.h): fp32 inside, each
  * output rounded once to nearest even with mpx/numerics.h's own functions (compiled as
  * device code), and the kernels are built with --fmad=false so a * b + c is two
  * roundings, as the cpu backend computes it. Row and column reductions follow the cpu
@@ -85,6 +86,9 @@ typedef struct cuda_be {
     cuda_blas api;             /* cuBLAS entry points */
     cublasHandle_t blas;
     cuda_lt lt;                /* cuBLASLt entry points and handle (epilogue only) */
+    unsigned long long *bad;   /* device, 2 x CUDA_BAD_KINDS: per kind the lowest (position << 32 | value)
+                                * outside its bound (all ones: none), then that check's bound */
+    unsigned long long bad_h[2 * 3];   /* the host copy read at each synchronisation */
     void *ws[CUDA_WS_SLOTS];   /* device workspaces (GEMM operands, partials) */
     size_t ws_bytes[CUDA_WS_SLOTS];
     void *hws[2];              /* host staging (ids, partial sums) */
@@ -102,8 +106,10 @@ int cuda_rt_(cuda_be *be, int err, const char *file, int line, const char *what)
 #define CUDA_TRY(be, call, what) MPX_TRY(cuda_rt_((be), (int)(call), __FILE__, __LINE__, (what)))
 /* After a kernel launch: the launch error, if any. */
 #define CUDA_LAUNCHED(be, what) CUDA_TRY(be, cudaGetLastError(), what)
-/* Waits for the stream (before the host reads what the device wrote). */
-#define CUDA_SYNC(be, what) CUDA_TRY(be, cudaStreamSynchronize((be)->stream), what)
+/* Waits for the stream (before the host reads what the device wrote), and reports an id
+ * or label that a check on the device found outside its bound since the last one. */
+int cuda_sync_(cuda_be *be, const char *file, int line, const char *what);
+#define CUDA_SYNC(be, what) MPX_TRY(cuda_sync_((be), __FILE__, __LINE__, (what)))
 
 /* As the cpu backend's: MPX_ERR_UNSUPPORTED unless fp32/fp16/bf16; MPX_ERR if n > 0 and NULL. */
 int cuda_check_(cuda_be *be, const char *file, int line, const char *op, const char *name,
@@ -112,10 +118,11 @@ int cuda_check_(cuda_be *be, const char *file, int line, const char *op, const c
 #define CUDA_CHECK_OPT(be, op, name, a, n) do { if ((a).p) CUDA_CHECK(be, op, name, a, n); } while (0)
 #define CUDA_FAIL(be, ...) MPX_FAIL((be)->env, __VA_ARGS__)
 
-/* Copies n int32 ids from the device and checks each is in [0, bound); `what` names
- * them in the message. Returns the host copy (staging slot `slot`) or NULL. */
-const int32_t *cuda_ids_to_host(cuda_be *be, const int32_t *ids, size_t n, size_t bound,
-                                const char *op, const char *what, int slot);
+/* Checks n int32 ids on the device against [0, bound), without waiting: the kernels that
+ * read them skip a value outside, and the next synchronisation reports it (kind: which
+ * op's ids). */
+enum { CUDA_BAD_EMB_FWD = 0, CUDA_BAD_EMB_BWD = 1, CUDA_BAD_LABEL = 2, CUDA_BAD_KINDS = 3 };
+int cuda_check_ids(cuda_be *be, const int32_t *ids, size_t n, size_t bound, int kind);
 
 /* ---- kernels' host wrappers, one group per file ---- */
 /* cuda_elementwise.cu */

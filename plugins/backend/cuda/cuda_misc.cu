@@ -1,6 +1,7 @@
 /* Embedding gather / scatter-add, the reductions reported to the host (sum of squares,
- * count of non-finite values) and the attention op's pointer arrays. The ids are read
- * back to the host and checked against the table; the scatter-add groups them on the
+ * count of non-finite values), the id checks and the attention op's pointer arrays. The
+ * ids are checked against the table on the device (cuda_check_ids: the gather and the
+ * scatter skip an id outside, the next synchronisation reports it); the scatter-add groups them on the
  * device exactly as the cpu backend groups them: each table row adds its dy rows in
  * position order and is rounded once, so the result does not depend on scheduling (no
  * atomics). */
@@ -10,14 +11,40 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* ---- id checks ---- */
+
+/* Each value outside [0, bound): the lowest (position << 32 | value) of this kind and the
+ * bound, for cuda_sync_ to report. */
+__global__ void k_check_ids(const int32_t *ids, size_t n, size_t bound, unsigned long long *bad, int kind)
+{
+    GRID_STRIDE(i, n) {
+        const int32_t v = ids[i];
+        if (v < 0 || (size_t)v >= bound) {
+            atomicMin(&bad[kind], ((unsigned long long)i << 32) | (uint32_t)v);
+            bad[CUDA_BAD_KINDS + kind] = bound;
+        }
+    }
+}
+
+extern "C" int cuda_check_ids(cuda_be *be, const int32_t *ids, size_t n, size_t bound, int kind)
+{
+    if (n > (size_t)UINT32_MAX) return CUDA_FAIL(be, "cuda: %zu ids in one call (at most 2^32 - 1)", n);
+    if (!n) return MPX_OK;
+    k_check_ids<<<cuda_blocks(n), CUDA_THREADS, 0, be->stream>>>(ids, n, bound, be->bad, kind);
+    CUDA_LAUNCHED(be, "id check");
+    return MPX_OK;
+}
+
 /* ---- embeddings ---- */
 
-__global__ void k_gather(const int32_t *ids, size_t n_ids, const void *table, mpx_dtype tt, size_t dim,
+/* an id outside the table gives a zero row (and an error at the next synchronisation) */
+__global__ void k_gather(const int32_t *ids, size_t n_ids, size_t rows, const void *table, mpx_dtype tt, size_t dim,
                          void *y, mpx_dtype yt)
 {
     GRID_STRIDE(i, n_ids * dim) {
         size_t r = i / dim, c = i % dim;
-        dev_st(y, yt, i, dev_ld(table, tt, (size_t)ids[r] * dim + c));
+        const int32_t id = ids[r];
+        dev_st(y, yt, i, id >= 0 && (size_t)id < rows ? dev_ld(table, tt, (size_t)id * dim + c) : 0.0f);
     }
 }
 
@@ -29,8 +56,9 @@ extern "C" int cuda_embedding_fwd(void *vbe, const int32_t *ids, size_t n_ids, m
     CUDA_CHECK(be, "embedding_fwd", "y", y, n_ids * dim);
     if (!n_ids || !dim) return MPX_OK;
     if (!ids) return CUDA_FAIL(be, "cuda embedding_fwd: ids is NULL");
-    if (!cuda_ids_to_host(be, ids, n_ids, table_rows, "embedding_fwd", "id", 0)) return MPX_ERR;
-    k_gather<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids, n_ids, table.p, table.t, dim, y.p, y.t);
+    MPX_TRY(cuda_check_ids(be, ids, n_ids, table_rows, CUDA_BAD_EMB_FWD));
+    k_gather<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids, n_ids, table_rows, table.p, table.t, dim,
+                                                                       y.p, y.t);
     CUDA_LAUNCHED(be, "embedding_fwd");
     return MPX_OK;
 }
@@ -49,12 +77,13 @@ __global__ void k_iota(uint32_t *v, size_t n)
     GRID_STRIDE(i, n) v[i] = (uint32_t)i;
 }
 
-__global__ void k_scatter_sorted(const uint32_t *ids, const uint32_t *pos, size_t n, size_t dim, const void *dy,
-                                 mpx_dtype dyt, void *table, mpx_dtype tt)
+__global__ void k_scatter_sorted(const uint32_t *ids, const uint32_t *pos, size_t n, size_t rows, size_t dim,
+                                 const void *dy, mpx_dtype dyt, void *table, mpx_dtype tt)
 {
     GRID_STRIDE(i, n * dim) {
         size_t k = i / dim, c = i % dim;
         const uint32_t id = ids[k];
+        if (id >= rows) continue;   /* outside the table (negative too): reported at the next synchronisation */
         if (k > 0 && ids[k - 1] == id) continue;   /* not the id's first row */
         size_t e = k + 1;
         while (e < n && ids[e] == id) e++;
@@ -84,12 +113,12 @@ extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, m
     if (n_ids > (size_t)INT32_MAX || table_rows > (size_t)UINT32_MAX)
         return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 - 1 rows)", n_ids,
                          table_rows);
-    /* the ids are checked on the host (an error names the id and its position) */
-    if (!cuda_ids_to_host(be, ids, n_ids, table_rows, "embedding_bwd", "id", 0)) return MPX_ERR;
+    /* the ids are checked on the device (the next synchronisation names an id outside and its position) */
+    MPX_TRY(cuda_check_ids(be, ids, n_ids, table_rows, CUDA_BAD_EMB_BWD));
     int bits = 1;   /* the sort looks at the bits an id below table_rows can have */
     while (bits < 32 && ((size_t)1 << bits) < table_rows) bits++;
     const int n = (int)n_ids;
-    const uint32_t *keys = (const uint32_t *)ids;   /* checked non-negative: the same order as unsigned */
+    const uint32_t *keys = (const uint32_t *)ids;   /* valid ids are non-negative: the same order as unsigned */
     size_t temp = 0;
     if (cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, (uint32_t *)nullptr, (const uint32_t *)nullptr,
                                         (uint32_t *)nullptr, n, 0, bits, be->stream) != cudaSuccess)
@@ -103,7 +132,7 @@ extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, m
     CUDA_LAUNCHED(be, "embedding_bwd (positions)");
     CUDA_TRY(be, cub::DeviceRadixSort::SortPairs(w + words, temp, keys, ids_out, pos_in, pos_out, n, 0, bits, be->stream),
              "embedding_bwd (cub::DeviceRadixSort::SortPairs)");
-    k_scatter_sorted<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids_out, pos_out, n_ids, dim, dy.p,
+    k_scatter_sorted<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids_out, pos_out, n_ids, table_rows, dim, dy.p,
                                                                                dy.t, dtable.p, dtable.t);
     CUDA_LAUNCHED(be, "embedding_bwd");
     return MPX_OK;

@@ -436,7 +436,8 @@ __global__ void k_ce_rows(const void *x, mpx_dtype xt, const int32_t *labels, si
         float mx = -INFINITY, sum = 0.0f;
         for (size_t c = 0; c < n; c++) { float v = dev_ld(x, xt, o + c); mx = v > mx ? v : mx; }
         for (size_t c = 0; c < n; c++) sum += expf(dev_ld(x, xt, o + c) - mx);
-        const float lsum = logf(sum), xl = dev_ld(x, xt, o + (size_t)labels[i]);
+        const int32_t lab = labels[i];   /* outside [0, n): skipped, and reported (cuda_check_ids) */
+        const float lsum = logf(sum), xl = lab >= 0 && (size_t)lab < n ? dev_ld(x, xt, o + (size_t)lab) : NAN;
         mx_out[i] = mx;
         lsum_out[i] = lsum;
         row_loss[i] = is16(xt) ? -(double)dev_round((xl - mx) - lsum, xt) : (double)((mx + lsum) - xl);
@@ -474,7 +475,7 @@ extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labe
     if (!loss) return CUDA_FAIL(be, "cuda cross_entropy: loss pointer is NULL");
     if (rows && (!labels || !cols)) return CUDA_FAIL(be, "cuda cross_entropy: no labels or no columns");
     if (!rows) { *loss = NAN; return MPX_OK; }
-    if (!cuda_ids_to_host(be, labels, rows, cols, "cross_entropy", "label", 0)) return MPX_ERR;
+    MPX_TRY(cuda_check_ids(be, labels, rows, cols, CUDA_BAD_LABEL));   /* reported by this op's synchronisation */
     char *ws = (char *)cuda_ws(be, 3, rows * (sizeof(double) + 2 * sizeof(float)));
     if (!ws) return MPX_ERR_NOMEM;
     double *row_loss = (double *)ws;
