@@ -337,7 +337,7 @@ static int w_cross_entropy(void *be, mpx_arg logits, const int32_t *labels, size
     if (rc) return rc;
     shape2(sh, sizeof sh, rows, cols);
     if (dlogits.p && !active->found) output("cross_entropy", dlogits, rows * cols, count_bad(dlogits, rows * cols), sh);
-    if (!active->found && !isfinite(*loss)) {
+    if (!active->found && loss && !isfinite(*loss)) {   /* a backward may pass none (MPX_OPS_LOSS_OPTIONAL) */
         /* the loss itself, a host double: named as an fp32 scalar */
         output("cross_entropy", mpx_a(NULL, MPX_F32), 1, 1, "loss");
     }

@@ -69,9 +69,10 @@ static int head_bwd(bert *m, float loss_scale, int acc)
         /* the loss's gradient reaches the head through the cast of the logits to the loss
          * dtype: in the logits' (act) dtype, one rounding */
         mpx_arg dl = mpx_a(m->dlogits[i], m->dt_act);
-        double unused;
-        MPX_TRY(m->ops->cross_entropy(m->be, lg, m->labels[i], (size_t)m->cur_b, (size_t)m->cur_s, &unused,
-                                      dl, 0.5f * loss_scale));
+        double unused;   /* forward returned the loss: a backend that can skips it (ABI 1.18), and its wait */
+        const int no_loss = MPX_OPS_HAS(m->ops, flags) && (m->ops->flags & MPX_OPS_LOSS_OPTIONAL);
+        MPX_TRY(m->ops->cross_entropy(m->be, lg, m->labels[i], (size_t)m->cur_b, (size_t)m->cur_s,
+                                      no_loss ? NULL : &unused, dl, 0.5f * loss_scale));
         MPX_TRY(bert_gemm(m, 0, 0, T, H, 1, 1.0f, bert_mat_of(dl, 1), bert_mat_of(mpx_at(bert_w(m, hw), (size_t)i * H), H),
                           i ? 1.0f : 0.0f, bert_mat_of(gx, H), 1));
         MPX_TRY(weight_grads(m, dl, xl, mpx_at(bert_g(m, hw), (size_t)i * H), mpx_at(bert_g(m, hw + 1), (size_t)i),

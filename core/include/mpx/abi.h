@@ -57,7 +57,8 @@
  *       pass where the host grants MPX_STEP_ADD_IN_PLACE, bit for bit apply_update;
  *       mpx_ops.gemm_bias_as_c (optional, mpx/ops.h): a linear layer's forward into a
  *       16-bit C, the bias rounded to C's dtype read as the GEMM's C, in one op;
- *       mpx_batch.host (optional, mpx/model.h): the task's host copy of each input. */
+ *       mpx_batch.host (optional, mpx/model.h): the task's host copy of each input;
+ *       MPX_OPS_LOSS_OPTIONAL (mpx/ops.h): cross_entropy without a loss to return. */
 #define MPX_ABI_MINOR 18
 
 #if defined(__GNUC__)

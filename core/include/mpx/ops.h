@@ -152,6 +152,9 @@ typedef struct mpx_fused_update {
 /* ABI 1.18: fused_update honours mpx_fused_update.add_in_place (an older backend reads a
  * shorter struct and would leave param alone, so optimizers ask only with this bit). */
 #define MPX_OPS_FUSED_ADD_IN_PLACE 4u
+/* ABI 1.18: cross_entropy takes loss == NULL when only dlogits is wanted (a backward):
+ * nothing is returned, and the backend need not wait for the device. */
+#define MPX_OPS_LOSS_OPTIONAL 8u
 
 typedef struct mpx_ops {
     uint32_t size;

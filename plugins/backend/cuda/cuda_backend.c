@@ -364,7 +364,8 @@ static const mpx_ops cuda_ops = {
     .sum_squares = cuda_sum_squares, .count_nonfinite = cuda_count_nonfinite,
     .apply_update = cuda_apply_update,
     /* no MPX_OPS_FORMATS (ABI 1.15): a policy with an 8-bit format is refused at check */
-    .flags = MPX_OPS_DEVICE_MEMORY | MPX_OPS_FUSED_ADD_IN_PLACE,   /* one-pass ADAM and SGD (ABI 1.18) */
+    /* ABI 1.18: one-pass ADAM and SGD; a backward's cross-entropy without its loss (no wait) */
+    .flags = MPX_OPS_DEVICE_MEMORY | MPX_OPS_FUSED_ADD_IN_PLACE | MPX_OPS_LOSS_OPTIONAL,
     .fused_update = cuda_fused_update,
 };
 

@@ -472,10 +472,11 @@ extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labe
     cuda_be *be = (cuda_be *)vbe;
     CUDA_CHECK(be, "cross_entropy", "logits", logits, rows * cols);
     CUDA_CHECK_OPT(be, "cross_entropy", "dlogits", dlogits, rows * cols);
-    if (!loss) return CUDA_FAIL(be, "cuda cross_entropy: loss pointer is NULL");
+    /* loss == NULL (MPX_OPS_LOSS_OPTIONAL): dlogits only, no wait for the device */
+    if (!loss && !dlogits.p) return CUDA_FAIL(be, "cuda cross_entropy: neither a loss pointer nor dlogits");
     if (rows && (!labels || !cols)) return CUDA_FAIL(be, "cuda cross_entropy: no labels or no columns");
-    if (!rows) { *loss = NAN; return MPX_OK; }
-    MPX_TRY(cuda_check_ids(be, labels, rows, cols, CUDA_BAD_LABEL));   /* reported by this op's synchronisation */
+    if (!rows) { if (loss) *loss = NAN; return MPX_OK; }
+    MPX_TRY(cuda_check_ids(be, labels, rows, cols, CUDA_BAD_LABEL));   /* reported by this op's wait for the loss, else the next */
     char *ws = (char *)cuda_ws(be, 3, rows * (sizeof(double) + 2 * sizeof(float)));
     if (!ws) return MPX_ERR_NOMEM;
     double *row_loss = (double *)ws;
@@ -490,6 +491,7 @@ extern "C" int cuda_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labe
             logits.p, logits.t, labels, mx, lsum, rows, cols, dlogits.p, dlogits.t, factor);
         CUDA_LAUNCHED(be, "cross_entropy (gradient)");
     }
+    if (!loss) return MPX_OK;   /* a label outside is reported at the next synchronisation */
     double *h = (double *)cuda_hws(be, 1, rows * sizeof(double));
     if (!h) return MPX_ERR_NOMEM;
     CUDA_TRY(be, cudaMemcpyAsync(h, row_loss, rows * sizeof(double), cudaMemcpyDeviceToHost, be->stream), "cross_entropy (loss to host)");
