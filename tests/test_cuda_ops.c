@@ -518,6 +518,8 @@ Test(cuda_rows, mixed_dtypes_as_the_model_runs_them)
     cuda_pair_close(&p);
 }
 
+static void expect_same_on_device_as(cuda_pair *p, const pbuf *a, const pbuf *b, const char *what, const char *label);
+
 Test(cuda_rows, cross_entropy_loss_and_gradient)
 {
     cuda_pair p;
@@ -535,6 +537,15 @@ Test(cuda_rows, cross_entropy_loss_and_gradient)
         cr_expect(fabs(loss[1] - loss[0]) <= tol * fabs(loss[0]), "cross_entropy loss (%s): cpu %.9g cuda %.9g",
                   mpx_dtype_name(T3[i]), loss[0], loss[1]);
         expect_close(&p, &d, "cross_entropy dlogits");
+        /* without a loss (MPX_OPS_LOSS_OPTIONAL, a backward): the same gradient, bit for bit */
+        const mpx_ops *o = p.side[1].ops;
+        if (o->flags & MPX_OPS_LOSS_OPTIONAL) {
+            pbuf d2 = pb_zero(&p, T3[i], rows * cols);
+            ON_BOTH(&p, O->cross_entropy(BE, A(x), (const int32_t *)A(lab).p, rows, cols, s_ ? NULL : &loss[0], A(d2),
+                                         1024.0f));
+            expect_same_on_device_as(&p, &d, &d2, "dlogits", "cross_entropy without a loss");
+            pb_free(&p, &d2);
+        }
         pb_free(&p, &x);
         pb_free(&p, &d);
         pb_free(&p, &lab);
