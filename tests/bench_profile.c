@@ -48,6 +48,11 @@ static _Thread_local int depth;
 static pthread_mutex_t sum_mu = PTHREAD_MUTEX_INITIALIZER;
 static double sum_s[N_CLASSES];
 static long calls[N_CLASSES];
+/* Calls that hand a result to the host, each a wait for the device on a backend whose ops
+ * are queued (cuda): to_host, a loss, a sum of squares, a count. */
+enum { W_TO_HOST, W_LOSS, W_SUMSQ, W_COUNT, N_WAITS };
+static long waits[N_WAITS];
+#define WAIT(w) do { if (enabled && !depth) { pthread_mutex_lock(&sum_mu); waits[w]++; pthread_mutex_unlock(&sum_mu); } } while (0)
 
 /* Times one call into class c; nested calls (apply_update inside the optimizer) count
  * in the outer one only. The optimizer's step may run on several threads at once
@@ -70,7 +75,11 @@ static long calls[N_CLASSES];
     } while (0)
 
 static int w_to_device(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->to_device(be, d, s, n)); }
-static int w_to_host(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->to_host(be, d, s, n)); }
+static int w_to_host(void *be, void *d, const void *s, size_t n)
+{
+    WAIT(W_TO_HOST);
+    TIMED(C_MEMORY, real->to_host(be, d, s, n));
+}
 static int w_copy(void *be, void *d, const void *s, size_t n) { TIMED(C_MEMORY, real->copy(be, d, s, n)); }
 static int w_fill_zero(void *be, void *p, size_t n) { TIMED(C_MEMORY, real->fill_zero(be, p, n)); }
 static int w_cast(void *be, mpx_arg x, mpx_arg y, size_t n) { TIMED(C_CAST, real->cast(be, x, y, n)); }
@@ -208,11 +217,17 @@ static int w_emb_bwd(void *be, const int32_t *ids, size_t n, mpx_arg dy, mpx_arg
 }
 static int w_xent(void *be, mpx_arg lg, const int32_t *lab, size_t r, size_t c, double *loss, mpx_arg dl, float ds)
 {
+    if (loss) WAIT(W_LOSS);   /* none asked (MPX_OPS_LOSS_OPTIONAL): no wait */
     TIMED(C_LOSS, real->cross_entropy(be, lg, lab, r, c, loss, dl, ds));
 }
-static int w_sumsq(void *be, mpx_arg x, size_t n, double *out) { TIMED(C_REDUCE, real->sum_squares(be, x, n, out)); }
+static int w_sumsq(void *be, mpx_arg x, size_t n, double *out)
+{
+    WAIT(W_SUMSQ);
+    TIMED(C_REDUCE, real->sum_squares(be, x, n, out));
+}
 static int w_nonfinite(void *be, mpx_arg x, size_t n, size_t *out)
 {
+    WAIT(W_COUNT);
     TIMED(C_REDUCE, real->count_nonfinite(be, x, n, out));
 }
 static int w_apply(void *be, mpx_arg w, mpx_arg comp, const float *u, size_t n, mpx_rounding mode, mpx_rng rng)
@@ -298,6 +313,7 @@ void bench_profile_reset(void)
 {
     memset(sum_s, 0, sizeof sum_s);
     memset(calls, 0, sizeof calls);
+    memset(waits, 0, sizeof waits);
     n_shapes = 0;
     step_wall_s = 0;
 }
@@ -322,6 +338,10 @@ void bench_profile_print(const char *what, int steps, double total_s)
                1e3 * step_wall_s / steps, 100.0 * step_wall_s / total_s);
     printf("    %-52s %8.1f ms %5.1f%%\n", "not in ops (model and core glue, data)",
            1e3 * (total_s - in_ops) / steps, 100.0 * (total_s - in_ops) / total_s);
+    printf("    %s results handed to the host (each a wait on a device whose ops are queued): %.1f "
+           "(to_host %.1f, cross-entropy losses %.1f, sums of squares %.1f, counts %.1f; the optimizer's not counted)\n",
+           what, (double)(waits[0] + waits[1] + waits[2] + waits[3]) / steps, (double)waits[W_TO_HOST] / steps,
+           (double)waits[W_LOSS] / steps, (double)waits[W_SUMSQ] / steps, (double)waits[W_COUNT] / steps);
     if (!n_shapes) return;
     printf("    the linear GEMMs by shape (m x n x k: C = alpha op(A) op(B) (+ beta C when acc), op(A) m x k; "
            "^T = transposed; the dtype the inputs are rounded to):\n");
