@@ -74,9 +74,11 @@ int mpx_opt_concurrent(const mpx_session *s)
 uint32_t mpx_opt_step_flags(const mpx_session *s, int diag_active)
 {
     if (diag_active || !s->ops) return 0;
-    /* on device memory only through a fused_update that adds in place (ABI 1.18) */
+    /* on device memory only through a fused_update that adds in place, and to an optimizer
+     * built for 1.18 or later (before, the bit promised fp32 host memory) */
+    const mpx_instance *o = &s->inst[MPX_KIND_OPTIMIZER];
     if (MPX_OPS_HAS(s->ops, flags) && (s->ops->flags & MPX_OPS_DEVICE_MEMORY) &&
-        !(s->ops->flags & MPX_OPS_FUSED_ADD_IN_PLACE))
+        (!(s->ops->flags & MPX_OPS_FUSED_ADD_IN_PLACE) || !o->rec || o->rec->desc.abi_minor < 18))
         return 0;
     /* as host_apply_update: into the master with nearest rounding, else into the weights
      * with the policy's; apply_update's nearest into fp32 is w + u in fp32 (mpx/ops.h) */

@@ -228,6 +228,8 @@ typedef struct mpx_ops {
      * logits [rows, cols]; labels int32 [rows] in [0, cols). *loss = mean over rows
      * (computed with an fp32 log-sum-exp). If dlogits.p is non-NULL it receives
      * dscale * (softmax - onehot) / rows.
+     * loss may be NULL (ABI 1.18) only where flags has MPX_OPS_LOSS_OPTIONAL: then dlogits
+     * must be given, and nothing is written to the host.
      * With fp16/bf16 logits (ABI 1.1), as PyTorch's cross_entropy on a 16-bit tensor:
      * logp = round(x - lse) in the logits' dtype, *loss = round(mean(-logp[label])),
      * d = round(dscale / rows), dlogits = round(exp(logp) * d - onehot * d). */

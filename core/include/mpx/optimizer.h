@@ -46,7 +46,10 @@ typedef struct mpx_opt_step {
 } mpx_opt_step;
 
 /* ABI 1.12: apply_update of every piece of this call would be a plain fp32 addition into
- * `param`: param is fp32 host memory (the master, or fp32 weights), the update is added
+ * `param`: param is fp32 (the master, or fp32 weights) in host memory — or, to an
+ * optimizer built for 1.18 or later, in device memory whose backend's fused_update adds in
+ * place (MPX_OPS_FUSED_ADD_IN_PLACE: the optimizer then sets mpx_fused_update.add_in_place
+ * and must not dereference param) —, the update is added
  * as w = w + u rounded to nearest fp32 (no compensation, no random draws), and nothing
  * reads `update` after the call (no diagnostics on this step). The optimizer may then
  * add each element's update into param itself, as the one fp32 addition of the value it

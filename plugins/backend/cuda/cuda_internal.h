@@ -68,6 +68,9 @@ typedef struct cuda_lt {
     CUDA_FN(cublasLtMatmul) matmul;
 } cuda_lt;
 
+/* Whose ids a check on the device found outside their bound (cuda_check_ids). */
+enum { CUDA_BAD_EMB_FWD = 0, CUDA_BAD_EMB_BWD = 1, CUDA_BAD_LABEL = 2, CUDA_BAD_KINDS = 3 };
+
 /* backend.cuda.attention: whether the instance's op table has the attention op (ABI
  * 1.11), and how its GEMMs are issued (cuda_attention.c) */
 enum { CUDA_ATTN_OPS = 0, CUDA_ATTN_PER_EXAMPLE = 1, CUDA_ATTN_BATCHED = 2 };
@@ -88,7 +91,7 @@ typedef struct cuda_be {
     cuda_lt lt;                /* cuBLASLt entry points and handle (epilogue only) */
     unsigned long long *bad;   /* device, 2 x CUDA_BAD_KINDS: per kind the lowest (position << 32 | value)
                                 * outside its bound (all ones: none), then that check's bound */
-    unsigned long long bad_h[2 * 3];   /* the host copy read at each synchronisation */
+    unsigned long long bad_h[2 * CUDA_BAD_KINDS];   /* the host copy read at each synchronisation */
     void *ws[CUDA_WS_SLOTS];   /* device workspaces (GEMM operands, partials) */
     size_t ws_bytes[CUDA_WS_SLOTS];
     void *hws[2];              /* host staging (ids, partial sums) */
@@ -121,7 +124,6 @@ int cuda_check_(cuda_be *be, const char *file, int line, const char *op, const c
 /* Checks n int32 ids on the device against [0, bound), without waiting: the kernels that
  * read them skip a value outside, and the next synchronisation reports it (kind: which
  * op's ids). */
-enum { CUDA_BAD_EMB_FWD = 0, CUDA_BAD_EMB_BWD = 1, CUDA_BAD_LABEL = 2, CUDA_BAD_KINDS = 3 };
 int cuda_check_ids(cuda_be *be, const int32_t *ids, size_t n, size_t bound, int kind);
 
 /* ---- kernels' host wrappers, one group per file ---- */

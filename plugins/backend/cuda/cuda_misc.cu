@@ -20,8 +20,9 @@ __global__ void k_check_ids(const int32_t *ids, size_t n, size_t bound, unsigned
     GRID_STRIDE(i, n) {
         const int32_t v = ids[i];
         if (v < 0 || (size_t)v >= bound) {
-            atomicMin(&bad[kind], ((unsigned long long)i << 32) | (uint32_t)v);
-            bad[CUDA_BAD_KINDS + kind] = bound;
+            const unsigned long long packed = ((unsigned long long)i << 32) | (uint32_t)v;
+            /* the bound of the call that holds the lowest position (calls run in stream order) */
+            if (atomicMin(&bad[kind], packed) > packed) bad[CUDA_BAD_KINDS + kind] = bound;
         }
     }
 }
@@ -72,9 +73,16 @@ extern "C" int cuda_embedding_fwd(void *vbe, const int32_t *ids, size_t n_ids, m
  * batch) is one long chain of adds, and its loads need not wait for each other. */
 #define EMB_AHEAD 16
 
-__global__ void k_iota(uint32_t *v, size_t n)
+/* The sort's keys and values: each id, or `rows` for one outside the table (so all of
+ * those sort together after the valid ids, which they cannot split into two groups), and
+ * its position. */
+__global__ void k_sort_input(const int32_t *ids, size_t n, size_t rows, uint32_t *keys, uint32_t *pos)
 {
-    GRID_STRIDE(i, n) v[i] = (uint32_t)i;
+    GRID_STRIDE(i, n) {
+        const int32_t id = ids[i];
+        keys[i] = id >= 0 && (size_t)id < rows ? (uint32_t)id : (uint32_t)rows;
+        pos[i] = (uint32_t)i;
+    }
 }
 
 __global__ void k_scatter_sorted(const uint32_t *ids, const uint32_t *pos, size_t n, size_t rows, size_t dim,
@@ -83,7 +91,7 @@ __global__ void k_scatter_sorted(const uint32_t *ids, const uint32_t *pos, size_
     GRID_STRIDE(i, n * dim) {
         size_t k = i / dim, c = i % dim;
         const uint32_t id = ids[k];
-        if (id >= rows) continue;   /* outside the table (negative too): reported at the next synchronisation */
+        if (id >= rows) continue;   /* outside the table (k_sort_input): reported at the next synchronisation */
         if (k > 0 && ids[k - 1] == id) continue;   /* not the id's first row */
         size_t e = k + 1;
         while (e < n && ids[e] == id) e++;
@@ -110,26 +118,26 @@ extern "C" int cuda_embedding_bwd(void *vbe, const int32_t *ids, size_t n_ids, m
     CUDA_CHECK(be, "embedding_bwd", "dtable", dtable, n_ids * dim);
     if (!n_ids || !dim) return MPX_OK;
     if (!ids) return CUDA_FAIL(be, "cuda embedding_bwd: ids is NULL");
-    if (n_ids > (size_t)INT32_MAX || table_rows > (size_t)UINT32_MAX)
-        return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 - 1 rows)", n_ids,
+    if (n_ids > (size_t)INT32_MAX || table_rows >= (size_t)UINT32_MAX)
+        return CUDA_FAIL(be, "cuda embedding_bwd: %zu ids into %zu rows (at most 2^31 - 1 ids and 2^32 - 2 rows)", n_ids,
                          table_rows);
     /* the ids are checked on the device (the next synchronisation names an id outside and its position) */
     MPX_TRY(cuda_check_ids(be, ids, n_ids, table_rows, CUDA_BAD_EMB_BWD));
-    int bits = 1;   /* the sort looks at the bits an id below table_rows can have */
-    while (bits < 32 && ((size_t)1 << bits) < table_rows) bits++;
+    int bits = 1;   /* the sort looks at the bits a key up to table_rows (an id outside) can have */
+    while (bits < 32 && ((size_t)1 << bits) <= table_rows) bits++;
     const int n = (int)n_ids;
-    const uint32_t *keys = (const uint32_t *)ids;   /* valid ids are non-negative: the same order as unsigned */
     size_t temp = 0;
-    if (cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, (uint32_t *)nullptr, (const uint32_t *)nullptr,
-                                        (uint32_t *)nullptr, n, 0, bits, be->stream) != cudaSuccess)
+    if (cub::DeviceRadixSort::SortPairs(nullptr, temp, (const uint32_t *)nullptr, (uint32_t *)nullptr,
+                                        (const uint32_t *)nullptr, (uint32_t *)nullptr, n, 0, bits,
+                                        be->stream) != cudaSuccess)
         return CUDA_FAIL(be, "cuda embedding_bwd: cub::DeviceRadixSort::SortPairs sizing failed for %d ids", n);
-    /* slot 4: positions in, sorted ids, sorted positions, then CUB's temporary storage */
-    const size_t words = ((3 * n_ids + 63) / 64) * 64;
+    /* slot 4: keys in, positions in, sorted ids, sorted positions, then CUB's temporary storage */
+    const size_t words = ((4 * n_ids + 63) / 64) * 64;
     uint32_t *w = (uint32_t *)cuda_ws(be, 4, words * sizeof(uint32_t) + temp);
     if (!w) return MPX_ERR_NOMEM;
-    uint32_t *pos_in = w, *ids_out = w + n_ids, *pos_out = w + 2 * n_ids;
-    k_iota<<<cuda_blocks(n_ids), CUDA_THREADS, 0, be->stream>>>(pos_in, n_ids);
-    CUDA_LAUNCHED(be, "embedding_bwd (positions)");
+    uint32_t *keys = w, *pos_in = w + n_ids, *ids_out = w + 2 * n_ids, *pos_out = w + 3 * n_ids;
+    k_sort_input<<<cuda_blocks(n_ids), CUDA_THREADS, 0, be->stream>>>(ids, n_ids, table_rows, keys, pos_in);
+    CUDA_LAUNCHED(be, "embedding_bwd (keys and positions)");
     CUDA_TRY(be, cub::DeviceRadixSort::SortPairs(w + words, temp, keys, ids_out, pos_in, pos_out, n, 0, bits, be->stream),
              "embedding_bwd (cub::DeviceRadixSort::SortPairs)");
     k_scatter_sorted<<<cuda_blocks(n_ids * dim), CUDA_THREADS, 0, be->stream>>>(ids_out, pos_out, n_ids, table_rows, dim, dy.p,
