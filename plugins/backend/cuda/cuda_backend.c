@@ -116,14 +116,29 @@ int cuda_sync_(cuda_be *be, const char *file, int line, const char *what)
 
 #define CUBLASLT_SONAME "libcublasLt.so." CUDA_STR(CUBLAS_VER_MAJOR)
 
+typedef struct lib_sym { void **slot; const char *name; } lib_sym;
+
+/* Opens `soname` (through the plugin's RUNPATH, else the toolkit it was built against)
+ * into *lib and resolves every symbol of syms; `what` names the library in an error. */
+static int open_lib(cuda_be *be, const char *soname, const char *what, void **lib, const lib_sym *syms, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", MPX_CUDA_LIB_DIR, soname);
+    const char *paths[] = { soname, path };
+    for (size_t i = 0; i < 2 && !*lib; i++) *lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+    if (!*lib) return CUDA_FAIL(be, "cannot open %s (%s): %s", what, soname, dlerror());
+    for (size_t i = 0; i < n; i++) {
+        *syms[i].slot = dlsym(*lib, syms[i].name);
+        if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", soname, syms[i].name);
+    }
+    return MPX_OK;
+}
+
 /* cuBLASLt for backend.cuda.epilogue: its entry points and a handle. */
 static int open_cublaslt(cuda_be *be)
 {
-    const char *paths[] = { CUBLASLT_SONAME, MPX_CUDA_LIB_DIR "/" CUBLASLT_SONAME };
     cuda_lt *lt = &be->lt;
-    for (size_t i = 0; i < 2 && !lt->lib; i++) lt->lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lt->lib) return CUDA_FAIL(be, "backend.cuda.epilogue: cannot open cuBLASLt (%s): %s", CUBLASLT_SONAME, dlerror());
-    struct { void **slot; const char *name; } syms[] = {
+    const lib_sym syms[] = {
         { (void **)&lt->create, "cublasLtCreate" },
         { (void **)&lt->destroy, "cublasLtDestroy" },
         { (void **)&lt->desc_create, "cublasLtMatmulDescCreate" },
@@ -137,10 +152,7 @@ static int open_cublaslt(cuda_be *be)
         { (void **)&lt->heuristic, "cublasLtMatmulAlgoGetHeuristic" },
         { (void **)&lt->matmul, "cublasLtMatmul" },
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        *syms[i].slot = dlsym(lt->lib, syms[i].name);
-        if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLASLT_SONAME, syms[i].name);
-    }
+    MPX_TRY(open_lib(be, CUBLASLT_SONAME, "cuBLASLt (backend.cuda.epilogue)", &lt->lib, syms, MPX_COUNT(syms)));
     cublasStatus_t s = lt->create(&lt->handle);
     if (s != CUBLAS_STATUS_SUCCESS) {
         lt->handle = NULL;
@@ -151,11 +163,7 @@ static int open_cublaslt(cuda_be *be)
 
 static int open_cublas(cuda_be *be)
 {
-    /* the soname through the plugin's RUNPATH, else the toolkit it was built against */
-    const char *paths[] = { CUBLAS_SONAME, MPX_CUDA_LIB_DIR "/" CUBLAS_SONAME };
-    for (size_t i = 0; i < 2 && !be->api.lib; i++) be->api.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
-    if (!be->api.lib) return CUDA_FAIL(be, "cannot open cuBLAS (%s): %s", CUBLAS_SONAME, dlerror());
-    struct { void **slot; const char *name; } syms[] = {
+    const lib_sym syms[] = {
         { (void **)&be->api.create, "cublasCreate_v2" },
         { (void **)&be->api.destroy, "cublasDestroy_v2" },
         { (void **)&be->api.set_stream, "cublasSetStream_v2" },
@@ -165,10 +173,7 @@ static int open_cublas(cuda_be *be)
         { (void **)&be->api.gemm_ex, "cublasGemmEx" },
         { (void **)&be->api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx" },
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        *syms[i].slot = dlsym(be->api.lib, syms[i].name);
-        if (!*syms[i].slot) return CUDA_FAIL(be, "%s has no %s", CUBLAS_SONAME, syms[i].name);
-    }
+    MPX_TRY(open_lib(be, CUBLAS_SONAME, "cuBLAS", &be->api.lib, syms, MPX_COUNT(syms)));
     if (be->epilogue) MPX_TRY(open_cublaslt(be));
     /* only attention = "batched" calls it */
     *(void **)&be->api.gemm_batched_ex = dlsym(be->api.lib, "cublasGemmBatchedEx");
