@@ -428,9 +428,10 @@ Test(ranks, fp8_delayed_at_2_ranks_reduces_in_bf16, .timeout = 300)
 }
 
 /* kill -9 of mpirun: its ranks outlive it for a moment and used to overwrite the
- * launcher's "failed" (a record left "running"). The launcher, their subreaper, now waits
- * for every rank to end before it writes: the record is "failed", names mpirun's status,
- * and stays so; no rank is left. */
+ * launcher's word (a record left "running"). The launcher, their subreaper, now waits
+ * for every rank to end before it writes: the record says "killed" (mpirun was stopped
+ * from outside and no rank left an error: a sweep runs the cell again), names mpirun's
+ * status, and stays so; no rank is left. */
 Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
 {
     char *dir = ts_tmpdir("ranks-mpirun9"), out[16384], path[4096];
@@ -448,8 +449,41 @@ Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
     cr_expect(strstr(out, "none"), "a rank outlived the launcher: %s", out);
     snprintf(path, sizeof path, "%s/run/run.json", dir);
     json_t *rec = ts_load_json(path);
-    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
     cr_expect_eq(json_integer_value(json_object_get(rec, "mpirun_status")), 137);
+    cr_expect_eq(json_integer_value(json_object_get(rec, "signal")), 9);
+    const char *err = json_string_value(json_object_get(rec, "error"));
+    cr_expect(err && strstr(err, "mpirun was stopped by SIGKILL"), "error: %s", err ? err : "(none)");
+    json_decref(rec);
+    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+}
+
+/* kill (SIGTERM) of mpirun alone: mpirun stops rank 0, whose record says "killed", and
+ * exits with status 1, as it would after a rank died without an error. The launcher
+ * cannot tell the two apart: the record says "failed" (a sweep does not loop on a rank
+ * that dies each time), and its error names both readings and the signal rank 0 got
+ * (before: "a rank died before it could say why"). */
+Test(ranks, a_stopped_mpirun_says_what_it_cannot_tell, .timeout = 120)
+{
+    char *dir = ts_tmpdir("ranks-mpirun15"), out[16384], path[4096];
+    int rc = ts_sh(out, sizeof out,
+                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
+                   ">%s/log 2>&1 & pid=$!; "
+                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
+                   "pkill -TERM -f -- '^(/[^ ]*/)?mpirun .*--out %s/run' || kill -KILL $pid; "
+                   "wait $pid; echo \"exit $?\"; sleep 2; "
+                   "pgrep -f -- '^((/[^ ]*/)?mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
+                   dir, dir, dir, dir, dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "exit 1"), "the launcher's exit: %s", out);
+    cr_expect(strstr(out, "none"), "a rank outlived the launcher: %s", out);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    json_t *rec = ts_load_json(path);
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
+    cr_expect_eq(json_integer_value(json_object_get(rec, "mpirun_status")), 1);
+    const char *err = json_string_value(json_object_get(rec, "error"));
+    cr_expect(err && strstr(err, "mpirun was stopped from outside") && strstr(err, "rank died without leaving an error") &&
+              strstr(err, "signal 15") && strstr(err, "--retry-failed"), "error: %s", err ? err : "(none)");
     json_decref(rec);
     ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
 }

@@ -73,9 +73,27 @@ static void collect_rank_errors(const char *dir, int ranks, json_t *rec, const c
     json_object_set_new(rec, "rank_errors", errs);
 }
 
-/* After a failed launch: the record says "failed" with the failing rank's error. */
-static void mark_failed(const char *dir, int ranks, int status)
+/* The signals that stop a process from outside (kill, ^C, a closed terminal, the OOM
+ * killer), by name; NULL for the others (a crash). */
+static const char *stop_signal_name(int sig)
 {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGKILL: return "SIGKILL";
+    default: return NULL;
+    }
+}
+
+/* After a launch that did not finish: the record says "failed" with the failing rank's
+ * error; or, where mpirun itself was stopped by a signal from outside and no rank left an
+ * error, "killed" (a sweep runs the cell again from its checkpoint, as it does when the
+ * whole run is killed). `status` is mpirun's wait status. */
+static void mark_unfinished(const char *dir, int ranks, int status)
+{
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char *stopped = WIFSIGNALED(status) ? stop_signal_name(WTERMSIG(status)) : NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/run.json", dir);
     json_error_t je;
@@ -86,8 +104,9 @@ static void mark_failed(const char *dir, int ranks, int status)
     const char *first;
     collect_rank_errors(dir, ranks, rec, &first);
     const char *own = json_string_value(json_object_get(rec, "error"));
+    int own_failed = st && !strcmp(st, "failed") && own, killed = 0;
     char msg[9000];
-    if (st && !strcmp(st, "failed") && own) snprintf(msg, sizeof msg, "rank 0: %s", own);
+    if (own_failed) snprintf(msg, sizeof msg, "rank 0: %s", own);
     else if (first) {
         json_t *errs = json_object_get(rec, "rank_errors");
         const char *key;
@@ -95,13 +114,25 @@ static void mark_failed(const char *dir, int ranks, int status)
         json_object_foreach(errs, key, v) {
             if (json_string_value(v) == first) { snprintf(msg, sizeof msg, "rank %s: %s", key, first); break; }
         }
+    } else if (stopped) {
+        killed = 1;
+        snprintf(msg, sizeof msg, "mpirun was stopped by %s from outside mpx run, and its ranks with it (a sweep "
+                 "runs the cell again, from its checkpoint if it has one)", stopped);
+    } else if (st && !strcmp(st, "killed")) {
+        /* rank 0 was stopped by mpirun: mpirun was told to stop (a SIGTERM to it ends it
+         * with status 1), or another rank died without a word */
+        snprintf(msg, sizeof msg, "mpirun exited with status %d after stopping rank 0 with signal %lld: mpirun was "
+                 "stopped from outside mpx run, or a rank died without leaving an error; see mpirun's output "
+                 "(`mpx sweep --retry-failed` runs the cell again, from its checkpoint if it has one)", code,
+                 (long long)json_integer_value(json_object_get(rec, "signal")));
     } else {
         snprintf(msg, sizeof msg, "a rank died (mpirun exited with status %d) before it could say why; "
-                 "see mpirun's output", status);
+                 "see mpirun's output", code);
     }
-    json_object_set_new(rec, "status", json_string("failed"));
+    json_object_set_new(rec, "status", json_string(killed ? "killed" : "failed"));
+    if (killed) json_object_set_new(rec, "signal", json_integer(WTERMSIG(status)));
     json_object_set_new(rec, "error", json_string(msg));
-    json_object_set_new(rec, "mpirun_status", json_integer(status));
+    json_object_set_new(rec, "mpirun_status", json_integer(code));
     mpx_write_json_atomic(path, rec);
     json_decref(rec);
     fprintf(stderr, "mpx run: %s\n", msg);
@@ -232,14 +263,13 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) { fprintf(stderr, "mpx %s: waitpid: %s\n", what, strerror(errno)); return 1; }
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     wait_for_ranks(what);
     if (mpx_remove_tree(session) != 0) fprintf(stderr, "mpx %s: note: cannot remove %s: %s\n", what, session, strerror(errno));
-    if (code == 0) return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
     if (got_signal) {
         mark_killed(dir, (int)got_signal);
         return 128 + (int)got_signal;
     }
-    mark_failed(dir, ranks, code);
+    mark_unfinished(dir, ranks, status);
     return 1;
 }
