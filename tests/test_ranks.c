@@ -427,35 +427,50 @@ Test(ranks, fp8_delayed_at_2_ranks_reduces_in_bf16, .timeout = 300)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
-/* kill -9 of mpirun: its ranks outlive it for a moment and used to overwrite the
- * launcher's word (a record left "running"). The launcher, their subreaper, now waits
- * for every rank to end before it writes: the record says "killed" (mpirun was stopped
- * from outside and no rank left an error: a sweep runs the cell again), names mpirun's
- * status, and stays so; no rank is left. */
-Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
+/* `mpx run --ranks 2` in the background, and mpirun alone sent `sig` once a step is
+ * done; then the launcher's exit (1: the run did not finish) and no process of the run
+ * left. Returns the record, and its folder in *dir (for end_mpirun_kill). */
+static json_t *kill_mpirun_alone(const char *sig, const char *name, char **dir)
 {
-    char *dir = ts_tmpdir("ranks-mpirun9"), out[16384], path[4096];
+    char out[16384], path[4096];
+    *dir = ts_tmpdir(name);
     int rc = ts_sh(out, sizeof out,
                    "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
                    ">%s/log 2>&1 & pid=$!; "
                    "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
                    /* mpirun, or the sanitizer suite's wrapper's exec of /usr/bin/mpirun */
-                   "pkill -KILL -f -- '^(/[^ ]*/)?mpirun .*--out %s/run' || kill -KILL $pid; "
+                   "pkill -%s -f -- '^(/[^ ]*/)?mpirun .*--out %s/run' || kill -KILL $pid; "
                    "wait $pid; echo \"exit $?\"; sleep 2; "
                    "pgrep -f -- '^((/[^ ]*/)?mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
-                   dir, dir, dir, dir, dir);
+                   *dir, *dir, *dir, sig, *dir, *dir);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "exit 1"), "the launcher's exit: %s", out);
-    cr_expect(strstr(out, "none"), "a rank outlived the launcher: %s", out);
-    snprintf(path, sizeof path, "%s/run/run.json", dir);
-    json_t *rec = ts_load_json(path);
+    cr_expect(strstr(out, "exit 1"), "SIG%s to mpirun: the launcher's exit: %s", sig, out);
+    cr_expect(strstr(out, "none"), "SIG%s to mpirun: a rank outlived the launcher: %s", sig, out);
+    snprintf(path, sizeof path, "%s/run/run.json", *dir);
+    return ts_load_json(path);
+}
+
+static void end_mpirun_kill(json_t *rec, char *dir)
+{
+    json_decref(rec);
+    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+}
+
+/* kill -9 of mpirun: its ranks outlive it for a moment and used to overwrite the
+ * launcher's word (a record left "running"). The launcher, their subreaper, now waits
+ * for every rank to end before it writes: the record says "killed" (mpirun was stopped
+ * from outside and no rank left an error: a sweep runs the cell again; it said "failed"
+ * before), names mpirun's status, and stays so; no rank is left. */
+Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
+{
+    char *dir;
+    json_t *rec = kill_mpirun_alone("KILL", "ranks-mpirun9", &dir);
     cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "killed");
     cr_expect_eq(json_integer_value(json_object_get(rec, "mpirun_status")), 137);
     cr_expect_eq(json_integer_value(json_object_get(rec, "signal")), 9);
     const char *err = json_string_value(json_object_get(rec, "error"));
     cr_expect(err && strstr(err, "mpirun was stopped by SIGKILL"), "error: %s", err ? err : "(none)");
-    json_decref(rec);
-    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+    end_mpirun_kill(rec, dir);
 }
 
 /* kill (SIGTERM) of mpirun alone: mpirun stops rank 0, whose record says "killed", and
@@ -465,25 +480,12 @@ Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
  * (before: "a rank died before it could say why"). */
 Test(ranks, a_stopped_mpirun_says_what_it_cannot_tell, .timeout = 120)
 {
-    char *dir = ts_tmpdir("ranks-mpirun15"), out[16384], path[4096];
-    int rc = ts_sh(out, sizeof out,
-                   "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
-                   ">%s/log 2>&1 & pid=$!; "
-                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
-                   "pkill -TERM -f -- '^(/[^ ]*/)?mpirun .*--out %s/run' || kill -KILL $pid; "
-                   "wait $pid; echo \"exit $?\"; sleep 2; "
-                   "pgrep -f -- '^((/[^ ]*/)?mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
-                   dir, dir, dir, dir, dir);
-    cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "exit 1"), "the launcher's exit: %s", out);
-    cr_expect(strstr(out, "none"), "a rank outlived the launcher: %s", out);
-    snprintf(path, sizeof path, "%s/run/run.json", dir);
-    json_t *rec = ts_load_json(path);
+    char *dir;
+    json_t *rec = kill_mpirun_alone("TERM", "ranks-mpirun15", &dir);
     cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
     cr_expect_eq(json_integer_value(json_object_get(rec, "mpirun_status")), 1);
     const char *err = json_string_value(json_object_get(rec, "error"));
     cr_expect(err && strstr(err, "mpirun was stopped from outside") && strstr(err, "rank died without leaving an error") &&
               strstr(err, "signal 15") && strstr(err, "--retry-failed"), "error: %s", err ? err : "(none)");
-    json_decref(rec);
-    ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'; rm -rf %s", dir, dir);
+    end_mpirun_kill(rec, dir);
 }
