@@ -3,6 +3,7 @@
  * the error says what to install. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,4 +195,53 @@ Test(plot, a_cell_without_a_name_string_is_labelled_by_run_name)
     json_t *rec = json_pack("{s:{s:{s:{s:s}}}}", "config", "effective", "run", "name", "alpha_run");
     cr_assert_str_eq(mpx_run_label(run, rec, label, sizeof label), "alpha_run");
     json_decref(rec);
+}
+
+/* Cells of different sweeps share names (protocol A's fp32 and B8's fp32 are both
+ * "fp32_1"; the lp-grads and fixed sweeps both have "bf16-master_1"): a repeated label gets
+ * the folders above its run, one level at a time until it is unique; a unique one stays
+ * as it is; a path with nothing above the run adds the folder in brackets. Written out by
+ * hand for each case (before: two legend entries "bf16-master_1"). */
+typedef struct alike { int before; char label[256]; const char *dir; } alike;
+
+Test(plot, repeated_labels_get_their_sweep_folders)
+{
+    static const struct { const char *dir, *label, *want; } c[] = {
+        { "results/r/ranks8/fp32/fp32_1-ff", "fp32_1", "ranks8/fp32/fp32_1" },
+        { "results/r/ranks8-full/fp32/fp32_1-65/", "fp32_1", "ranks8-full/fp32/fp32_1" },
+        { "results/r/ranks8/fixed/bf16-master_1-47", "bf16-master_1", "fixed/bf16-master_1" },
+        { "results/r/ranks8/lp-grads/bf16-master_1-aa", "bf16-master_1", "lp-grads/bf16-master_1" },
+        { "results/r/ranks8/lp-grads/bf16-master_2-06", "bf16-master_2", "bf16-master_2" },
+        { "a", "same", "same (a)" },
+        { "./b", "same", "same (./b)" },
+    };
+    enum { N = sizeof c / sizeof *c };
+    alike runs[N];
+    for (size_t i = 0; i < N; i++) {
+        runs[i].before = (int)i;
+        snprintf(runs[i].label, sizeof runs[i].label, "%s", c[i].label);
+        runs[i].dir = c[i].dir;
+    }
+    cr_assert_eq(mpx_run_labels_distinct(runs, N, sizeof *runs, offsetof(alike, label),
+                                         offsetof(alike, dir), sizeof runs[0].label), 0);
+    for (size_t i = 0; i < N; i++) {
+        cr_expect_str_eq(runs[i].label, c[i].want, "%s", c[i].dir);
+        cr_expect_eq(runs[i].before, (int)i, "the field before the label was written over");
+    }
+}
+
+/* The same through mpx plot: two toy runs named alike in two folders are two entries. */
+Test(plot, two_runs_named_alike_are_two_legend_entries)
+{
+    const char *dir = ts_tmpdir("plot-alike");
+    char svg[PATH_MAX], out[4096];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ts_sh(NULL, 0, "build/bin/mpx run configs/toy.cfg -s train.epochs=1 -s 'run.name=\"alike_run\"' "
+                        "--out %s/%s/r >/dev/null 2>&1", dir, i ? "fixed" : "lp"), 0);
+    snprintf(svg, sizeof svg, "%s/curves.svg", dir);
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx plot %s/lp/r %s/fixed/r -o %s 2>&1", dir, dir, svg), 0, "%s", out);
+    char *text = ts_slurp(svg, NULL);
+    cr_expect(strstr(text, ">lp/alike_run<") && strstr(text, ">fixed/alike_run<"), "legend entries not told apart");
+    free(text);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
 }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ static const char *const ylabels[3] = { "loss", "loss scale", "learning rate" };
 
 typedef struct curve {
     char label[256];
+    char *dir;          /* the run folder */
     double *step;
     double *v[3];       /* per series, NaN where absent */
     size_t n;
@@ -47,8 +49,8 @@ static int add_run(plot *p, const char *dir, char *err, size_t errlen)
     memset(c, 0, sizeof *c);
     mpx_run_label(dir, rec, c->label, sizeof c->label);
     json_decref(rec);
+    if (!(c->dir = strdup(dir))) { snprintf(err, errlen, "out of memory"); return -1; }
     if (mpx_run_column(dir, "loss", &c->step, &c->v[0], &c->n, err, errlen)) return -1;
-    if (mpx_plot_scales_add(&p->scales, dir, c->label, err, errlen)) return -1;
     for (int s = 1; s < 3; s++) {
         double *steps = NULL;
         size_t n = 0;
@@ -92,6 +94,20 @@ static int add_path(plot *p, const char *path, char *err, size_t errlen)
         rc = -1;
     }
     return rc;
+}
+
+/* One legend entry per run, however many sweeps share a cell name; then the scale
+ * traces (diagnostics.csv), titled by those labels. */
+static int distinct_labels(plot *p, char *err, size_t errlen)
+{
+    if (mpx_run_labels_distinct(p->c, p->n, sizeof *p->c, offsetof(curve, label), offsetof(curve, dir),
+                                sizeof p->c[0].label)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < p->n; i++)
+        if (mpx_plot_scales_add(&p->scales, p->c[i].dir, p->c[i].label, err, errlen)) return -1;
+    return 0;
 }
 
 static int write_data(const plot *p, const char *path)
@@ -215,6 +231,7 @@ static void free_plot(plot *p)
 {
     for (size_t r = 0; r < p->n; r++) {
         free(p->c[r].step);
+        free(p->c[r].dir);
         for (int s = 0; s < 3; s++) free(p->c[r].v[s]);
     }
     free(p->c);
@@ -269,6 +286,7 @@ int mpx_plot(const char *const *paths, size_t n_paths, const char *out, size_t s
         snprintf(err, errlen, "nothing to draw: every run given was skipped");
         rc = -1;
     }
+    if (!rc) rc = distinct_labels(&p, err, errlen);
     for (size_t i = 0; !rc && smooth > 1 && i < p.n; i++)
         if (smooth_loss(&p.c[i], smooth)) {
             snprintf(err, errlen, "out of memory");

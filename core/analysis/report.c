@@ -564,6 +564,12 @@ int mpx_report_write(const char *const *paths, size_t n_paths, const char *out, 
         }
         rp.sw[rp.n_sw++].path = paths[i];
     }
+    /* runs of several sweeps that share a cell name: their folders in front */
+    if (!rc && mpx_run_labels_distinct(rp.r, rp.n, sizeof *rp.r, offsetof(rep_run, label), offsetof(rep_run, dir),
+                                       sizeof rp.r[0].label)) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
     for (size_t k = 0; k < rp.n_sw && !rc; k++) rc = build_matrix(&rp, &rp.sw[k], err, errlen);
     if (!rc && rp.n_sw && rp.sw[0].built) {   /* the base run: the base row's first run */
         const mpx_matrix *m = &rp.sw[0].m;

@@ -259,6 +259,61 @@ const char *mpx_run_label(const char *dir, json_t *run, char *buf, size_t len)
     return buf;
 }
 
+/* The last k folder names of dir's parent, joined by '/', then '/' and label; -1 when the
+ * parent has fewer than k names. */
+static int prefixed_label(const char *dir, const char *label, int k, char *out, size_t len)
+{
+    size_t end = strlen(dir);
+    while (end > 1 && dir[end - 1] == '/') end--;
+    while (end > 0 && dir[end - 1] != '/') end--;   /* drop the run folder's own name */
+    while (end > 0 && dir[end - 1] == '/') end--;
+    size_t start = end;
+    for (int i = 0; i < k; i++) {
+        if (start == 0) return -1;
+        if (i) while (start > 0 && dir[start - 1] == '/') start--;
+        if (start == 0) return -1;
+        while (start > 0 && dir[start - 1] != '/') start--;
+    }
+    if (end - start == 1 && dir[start] == '.') return -1;   /* "./run": nothing to add */
+    snprintf(out, len, "%.*s/%s", (int)(end - start), dir + start, label);
+    return 0;
+}
+
+static char *label_of(void *runs, size_t i, size_t stride, size_t at) { return (char *)runs + i * stride + at; }
+
+static const char *dir_of(void *runs, size_t i, size_t stride, size_t at)
+{
+    const char *d;
+    memcpy(&d, (char *)runs + i * stride + at, sizeof d);
+    return d ? d : "";
+}
+
+int mpx_run_labels_distinct(void *runs, size_t n, size_t stride, size_t label_at, size_t dir_at, size_t cap)
+{
+    char *base = calloc(n ? n : 1, cap), *repeats = calloc(n ? n : 1, 1);
+    if (!base || !repeats) { free(base); free(repeats); return -1; }
+    for (size_t i = 0; i < n; i++) memcpy(base + i * cap, label_of(runs, i, stride, label_at), cap);
+    for (int k = 1; k <= 16; k++) {
+        int any = 0;
+        for (size_t i = 0; i < n; i++) {
+            repeats[i] = 0;
+            for (size_t j = 0; j < n && !repeats[i]; j++)
+                repeats[i] = j != i && !strcmp(label_of(runs, j, stride, label_at), label_of(runs, i, stride, label_at));
+            any |= repeats[i];
+        }
+        if (!any) break;
+        for (size_t i = 0; i < n; i++) {
+            if (!repeats[i]) continue;
+            const char *b = base + i * cap, *dir = dir_of(runs, i, stride, dir_at);
+            char *label = label_of(runs, i, stride, label_at);
+            if (prefixed_label(dir, b, k, label, cap) != 0 || k == 16) snprintf(label, cap, "%s (%s)", b, dir);
+        }
+    }
+    free(base);
+    free(repeats);
+    return 0;
+}
+
 const char *mpx_json_text(json_t *v, char *buf, size_t len)
 {
     if (json_is_string(v)) snprintf(buf, len, "%s", json_string_value(v));

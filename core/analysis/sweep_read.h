@@ -36,9 +36,17 @@ void mpx_free_list(char **list, size_t n);
 /* Objects flattened into out as "a.b.c" -> value (arrays and scalars are leaves). */
 void mpx_json_flatten(json_t *obj, const char *prefix, json_t *out);
 
-/* What to call a run in tables and legends: its sweep cell name, else run.name (with the
- * folder name when that is not unique enough), else the folder's name. */
+/* What to call a run in tables and legends: its sweep cell name, else run.name, else the
+ * folder's name (mpx_run_labels_distinct then tells repeated ones apart). */
 const char *mpx_run_label(const char *dir, json_t *run, char *buf, size_t len);
+
+/* Runs from several sweeps share cell names (two sweeps' "bf16-master_1"): each label
+ * that is not unique among the n runs gets the folders above its run folder in front, one
+ * more level at a time ("lp-grads/bf16-master_1", then "ranks8/lp-grads/..."), until none
+ * repeats; where the path has no more, "label (dir)". `runs` is an array of n structs of
+ * `stride` bytes, each with a char[cap] label at offset label_at and the run folder, a
+ * char *, at offset dir_at (offsetof). -1 when out of memory (the labels unchanged). */
+int mpx_run_labels_distinct(void *runs, size_t n, size_t stride, size_t label_at, size_t dir_at, size_t cap);
 
 /* A value as short text: strings unquoted, numbers as %.6g. */
 const char *mpx_json_text(json_t *v, char *buf, size_t len);

@@ -9,10 +9,11 @@
 static const char plot_usage[] =
     "usage: mpx plot RUN_OR_SWEEP... -o FILE.svg|FILE.png [--smooth N]\n"
     "  one image with three panels against step: loss (top, with the legend: one entry per\n"
-    "  run, named by its sweep cell or run.name), loss scale, learning rate; read from each\n"
-    "  run's metrics.csv. A sweep folder stands for its cells. Drawn by gnuplot ($MPX_GNUPLOT\n"
-    "  or gnuplot on PATH; Debian package gnuplot-nox). --smooth N draws the loss as the mean\n"
-    "  of its last N steps. Exit 0, or 2 on errors.\n";
+    "  run, named by its sweep cell or run.name, with the folders above it in front where\n"
+    "  two runs' names repeat: lp-grads/bf16-master_1), loss scale, learning rate; read from\n"
+    "  each run's metrics.csv. A sweep folder stands for its cells. Drawn by gnuplot\n"
+    "  ($MPX_GNUPLOT or gnuplot on PATH; Debian package gnuplot-nox). --smooth N draws the\n"
+    "  loss as the mean of its last N steps. Exit 0, or 2 on errors.\n";
 
 int mpx_cmd_plot(int argc, char **argv)
 {
