@@ -35,5 +35,13 @@ for d in "$tmp/$S"/*/; do
     ls "$d"*/metrics.csv >/dev/null 2>&1 || continue
     "$MPX" plot "$d" -o "$S/$part-curves.png" --smooth 100 >/dev/null 2>&1 && git add "$S/$part-curves.png"
 done
+# the 8-rank study's three policies, seed 1 each (docs/STUDY.md, "The report's launch: 8
+# ranks"): its parts are sweeps one folder deeper
+R=$tmp/$S/ranks8
+if ls "$R"/fp32/fp32_1-*/metrics.csv "$R"/fixed/bf16-master_1-*/metrics.csv "$R"/lp-grads/bf16-master_1-*/metrics.csv \
+    >/dev/null 2>&1; then
+    "$MPX" plot "$R"/fp32/fp32_1-*/ "$R"/fixed/bf16-master_1-*/ "$R"/lp-grads/bf16-master_1-*/ -o "$S/ranks8-curves.png" \
+        --smooth 20 >/dev/null 2>&1 && git add "$S/ranks8-curves.png"
+fi
 git diff --cached --quiet || git commit -q -m "results/bingbert-repro: matrices and docs/STUDY.md tables regenerated from the committed records"
 git log --oneline -3
