@@ -73,6 +73,11 @@ static int tensor_role(const mpx_session *s, const void *p, char *buf, size_t le
     if (!p) return 0;
     if ((i = param_at(s, s->weights, s->weights_base, s->weights_len, p)) >= 0)
         return snprintf(buf, len, "%s", param_name(s, i)), 1;
+    if (s->wg_held) {   /* stage 3: the layer's weights, gathered for this op */
+        mpx_arg held = s->wg_whole.p ? mpx_at(s->wg_whole, s->wg_lo) : s->wg_buf;
+        if ((i = param_at(s, held, s->wg_lo, s->wg_hi - s->wg_lo, p)) >= 0)
+            return snprintf(buf, len, "%s", param_name(s, i)), 1;
+    }
     if ((i = param_at(s, s->grads, 0, s->numel, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
     if ((i = param_at(s, s->grad_acc, 0, s->numel, p)) >= 0) return snprintf(buf, len, "gradient of %s", param_name(s, i)), 2;
     return 0;

@@ -122,6 +122,7 @@ struct mpx_session {
     mpx_arg wg_buf, wg_whole;
     size_t wg_cap;
     int wg_held;
+    size_t wg_lo, wg_hi;     /* the held range's flat elements (the locate pass names them) */
     void *src_keep;          /* the schema source the config points to */
 };
 

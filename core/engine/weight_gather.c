@@ -42,6 +42,8 @@ static int wg_gather(void *ctx, size_t first, size_t end, mpx_arg *out)
         return MPX_FAIL(model_env(s), "zero/stage3: gather of parameters [%zu, %zu) while another range is held "
                         "(release it first)", first, end);
     size_t lo = s->offsets[first], hi = s->offsets[end];
+    s->wg_lo = lo;
+    s->wg_hi = hi;
     if (s->wg_whole.p) {
         *out = mpx_at(s->wg_whole, lo);
         s->wg_held = 1;
