@@ -93,6 +93,39 @@ Test(paired, seed_level_interval_by_enumeration)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
+/* One run against several: the interval over seeds resamples only the several, and the
+ * CLI says so on stderr, naming the side with one run; with runs to resample on both sides,
+ * or on neither, it says nothing of it. */
+Test(paired, one_run_against_several_says_whose_seeds_the_interval_leaves_out)
+{
+    char *dir = ts_tmpdir("paired-one"), out[8192];
+    write_scores(dir, "a1", 1);
+    write_scores(dir, "a2", 0);
+    write_scores(dir, "b1", 1);
+    write_scores(dir, "b2", 0);
+    static const struct { const char *args, *want; } c[] = {
+        { "a1 --vs b1 b2", "mpx paired: note: A has 1 run: the interval over seeds and questions resamples B's 2 runs" },
+        { "a1 a2 --vs b1", "mpx paired: note: B has 1 run: the interval over seeds and questions resamples A's 2 runs" },
+        { "a1 a2 --vs b1 b2", NULL },
+        { "a1 --vs b1", NULL },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        char args[256] = "";
+        for (const char *p = c[i].args; *p;) {   /* each run name under dir */
+            size_t n = strcspn(p, " ");
+            if (strncmp(p, "--vs", 4)) snprintf(args + strlen(args), sizeof args - strlen(args), " %s/%.*s", dir, (int)n, p);
+            else strncat(args, " --vs", sizeof args - strlen(args) - 1);
+            p += n + strspn(p + n, " ");
+        }
+        cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx paired%s --resamples 100 2>&1 >/dev/null", args), 0, "%s",
+                     out);
+        if (c[i].want) cr_expect(strstr(out, c[i].want) && strstr(out, "seed-to-seed spread is unknown"), "%s: %s",
+                                 c[i].args, out);
+        else cr_expect_null(strstr(out, "note"), "%s: %s", c[i].args, out);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 Test(paired, identical_groups_give_zero)
 {
     const char *a[] = { FIX "a1" };

@@ -303,6 +303,16 @@ void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FI
             who, r->build_note);
 }
 
+void mpx_paired_print_seed_note(const mpx_paired_result *r, const char *who, FILE *f)
+{
+    if ((r->n_a == 1) == (r->n_b == 1)) return;
+    const char *one = r->n_a == 1 ? "A" : "B", *many = r->n_a == 1 ? "B" : "A";
+    if (f == stderr) fflush(stdout);
+    fprintf(f, "%s: note: %s has 1 run: the interval over seeds and questions resamples %s's %zu runs and the "
+               "questions only; %s's seed-to-seed spread is unknown and not in it\n",
+            who, one, many, r->n_a == 1 ? r->n_b : r->n_a, one);
+}
+
 static int metric_of(const double *a, const double *b, size_t n, double na, double nb, size_t resamples,
                      uint64_t seed, mpx_paired_metric *m)
 {

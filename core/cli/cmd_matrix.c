@@ -96,11 +96,12 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
                 fprintf(f, "%zu | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] | %s | %zu / %zu | %s / %s |\n",
                         pr.n_questions, pr.em.diff, pr.em.lo, pr.em.hi, pr.f1.diff, pr.f1.lo, pr.f1.hi, seeds, na,
                         nb, sa, sb);
-                if (pr.build_note[0] && notes) {
+                if (notes && (pr.build_note[0] || (pr.n_a == 1) != (pr.n_b == 1))) {
                     char who[600];
                     snprintf(who, sizeof who, "mpx matrix --paired: %s%s%s", text, m->col_key ? " / " : "",
                              m->col_key ? col : "");
                     mpx_paired_print_build_note(&pr, who, notes);
+                    mpx_paired_print_seed_note(&pr, who, notes);
                 }
             }
             free(bd);

@@ -16,9 +16,10 @@ static const char paired_usage[] =
     "  runs after --vs minus those before it) in EM and F1 points with a 95% percentile\n"
     "  bootstrap interval over questions (N resamples, default 10000; seed S, default 1); when\n"
     "  a group has several runs, also a two-level interval that resamples the runs (seeds) of\n"
-    "  each group and the questions, the level a claim about the policies holds at; and each\n"
-    "  group's seed-to-seed sd of EM/F1. When the runs' records (run.json) name different\n"
-    "  plugin versions, a note on stderr says which. Exit 0, or 2 on errors.\n";
+    "  each group and the questions, the level a claim about the policies holds at (with one\n"
+    "  run on a side, only the other side's runs are resampled, and a note on stderr says\n"
+    "  so); and each group's seed-to-seed sd of EM/F1. When the runs' records (run.json) name\n"
+    "  different plugin versions, a note on stderr says which. Exit 0, or 2 on errors.\n";
 
 static void fmt(double v, char *buf, size_t n)
 {
@@ -115,6 +116,7 @@ int mpx_cmd_paired(int argc, char **argv)
     }
     rc = fflush(stdout) ? 2 : 0;
     mpx_paired_print_build_note(&r, "mpx paired", stderr);
+    mpx_paired_print_seed_note(&r, "mpx paired", stderr);
 out:
     free(a);
     free(b);
