@@ -43,5 +43,11 @@ if ls "$R"/fp32/fp32_1-*/metrics.csv "$R"/fixed/bf16-master_1-*/metrics.csv "$R"
     "$MPX" plot "$R"/fp32/fp32_1-*/ "$R"/fixed/bf16-master_1-*/ "$R"/lp-grads/bf16-master_1-*/ -o "$S/ranks8-curves.png" \
         --smooth 20 >/dev/null 2>&1 && git add "$S/ranks8-curves.png"
 fi
+# protocol B8: fp32 and every committed seed of the pre-0.13.3 bf16 cell
+R=$tmp/$S/ranks8-full
+if ls "$R"/fp32/*/metrics.csv "$R"/lp-grads/*/metrics.csv >/dev/null 2>&1; then
+    "$MPX" plot "$R"/fp32/*/ "$R"/lp-grads/*/ -o "$S/ranks8-full-curves.png" --smooth 100 >/dev/null 2>&1 &&
+        git add "$S/ranks8-full-curves.png"
+fi
 git diff --cached --quiet || git commit -q -m "results/bingbert-repro: matrices and docs/STUDY.md tables regenerated from the committed records"
 git log --oneline -3
