@@ -209,6 +209,15 @@ Test(paired, matrix_paired_rows)
                        "--paired fp64 2>&1", dir), 2);
     cr_assert(strstr(out, "--paired fp64: no row has precision.plugin = fp64 (the rows: "), "%s", out);
     cr_assert_null(strstr(out, "| precision.plugin |"), "the error comes before any table: %s", out);
+    /* 3 runs against 2: no note; a row of 1 run against the base's 3: a note naming it */
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric exact_match "
+                       "--paired fp32 2>&1 >/dev/null", dir), 0, "%s", out);
+    cr_expect_null(strstr(out, "note"), "%s", out);
+    put_run(dir, "fp16_1", "fp16-scaled", 1, "b1");
+    cr_assert_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --metric exact_match "
+                       "--paired fp32 2>&1 >/dev/null", dir), 0, "%s", out);
+    cr_expect(strstr(out, "mpx matrix --paired: fp16-scaled: note: this row has 1 run: the interval over seeds and "
+                          "questions resamples the base row's 3 runs") && !strstr(out, "bf16-master: note"), "%s", out);
     json_decref(all);
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }

@@ -437,14 +437,19 @@ static json_t *kill_mpirun_alone(const char *sig, const char *name, char **dir)
     int rc = ts_sh(out, sizeof out,
                    "build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " -s train.max_steps=1000000 --ranks 2 "
                    ">%s/log 2>&1 & pid=$!; "
-                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && break; sleep 0.1; done; "
+                   "for i in $(seq 600); do grep -q '\"step\": [1-9]' %s/run/run.json 2>/dev/null && echo stepped "
+                   "&& break; sleep 0.1; done; "
                    /* mpirun, or the sanitizer suite's wrapper's exec of /usr/bin/mpirun */
                    "pkill -%s -f -- '^(/[^ ]*/)?mpirun .*--out %s/run' || kill -KILL $pid; "
                    "wait $pid; echo \"exit $?\"; sleep 2; "
                    "pgrep -f -- '^((/[^ ]*/)?mpirun |/[^ ]*/bin/mpx run ).*--out %s/run' >/dev/null && echo left || echo none",
                    *dir, *dir, *dir, sig, *dir, *dir);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "exit 1"), "SIG%s to mpirun: the launcher's exit: %s", sig, out);
+    if (!strstr(out, "stepped\n")) {
+        ts_sh(NULL, 0, "pkill -KILL -f -- '[-]-out %s/run'", *dir);
+        cr_assert_fail("SIG%s to mpirun: no step within 60 s, nothing to stop: %s", sig, out);
+    }
+    cr_expect(strstr(out, "exit 1\n"), "SIG%s to mpirun: the launcher's exit: %s", sig, out);
     cr_expect(strstr(out, "none"), "SIG%s to mpirun: a rank outlived the launcher: %s", sig, out);
     snprintf(path, sizeof path, "%s/run/run.json", *dir);
     return ts_load_json(path);
@@ -471,6 +476,32 @@ Test(ranks, a_killed_mpirun_leaves_the_launchers_record_final, .timeout = 120)
     const char *err = json_string_value(json_object_get(rec, "error"));
     cr_expect(err && strstr(err, "mpirun was stopped by SIGKILL"), "error: %s", err ? err : "(none)");
     end_mpirun_kill(rec, dir);
+}
+
+/* A killed cell run again whose mpirun fails before any rank has started (here an mpirun
+ * that only exits 1): the record still holds the earlier launch's "killed" by signal 15,
+ * which the launcher must not read as this launch's rank 0 being stopped (before: "mpirun
+ * exited with status 1 after stopping rank 0 with signal 15"). */
+Test(ranks, an_earlier_launchs_record_is_not_this_launchs_word, .timeout = 60)
+{
+    char *dir = ts_tmpdir("ranks-stale"), out[16384], path[4096];
+    snprintf(path, sizeof path, "%s/bin/mpirun", dir);
+    cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s/bin %s/run", dir, dir), 0);
+    ts_write_file(path, "#!/bin/sh\necho 'this mpirun starts nothing' >&2\nexit 1\n");
+    cr_assert_eq(ts_sh(NULL, 0, "chmod +x %s", path), 0);
+    snprintf(path, sizeof path, "%s/run/run.json", dir);
+    ts_write_file(path, "{\"status\": \"killed\", \"signal\": 15, \"error\": \"the earlier launch\"}\n");
+    int rc = ts_sh(out, sizeof out, "PATH=%s/bin:$PATH build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " --ranks 2 2>&1",
+                   dir, dir);
+    cr_expect_eq(rc, 1, "%s", out);
+    json_t *rec = ts_load_json(path);
+    const char *err = json_string_value(json_object_get(rec, "error"));
+    cr_expect_str_eq(json_string_value(json_object_get(rec, "status")), "failed");
+    cr_expect(err && !strstr(err, "rank 0") && strstr(err, "mpirun exited with status 1"), "error: %s",
+              err ? err : "(none)");
+    cr_expect_null(json_object_get(rec, "signal"), "the earlier launch's signal is still in the record");
+    json_decref(rec);
+    ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
 /* kill (SIGTERM) of mpirun alone: mpirun stops rank 0, whose record says "killed", and

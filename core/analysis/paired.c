@@ -303,10 +303,11 @@ void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FI
             who, r->build_note);
 }
 
-void mpx_paired_print_seed_note(const mpx_paired_result *r, const char *who, FILE *f)
+void mpx_paired_print_seed_note(const mpx_paired_result *r, const char *who, const char *a_name, const char *b_name,
+                                FILE *f)
 {
     if ((r->n_a == 1) == (r->n_b == 1)) return;
-    const char *one = r->n_a == 1 ? "A" : "B", *many = r->n_a == 1 ? "B" : "A";
+    const char *one = r->n_a == 1 ? a_name : b_name, *many = r->n_a == 1 ? b_name : a_name;
     if (f == stderr) fflush(stdout);
     fprintf(f, "%s: note: %s has 1 run: the interval over seeds and questions resamples %s's %zu runs and the "
                "questions only; %s's seed-to-seed spread is unknown and not in it\n",

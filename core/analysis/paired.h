@@ -72,8 +72,10 @@ int mpx_paired_compare(const char *const *a, size_t n_a, const char *const *b, s
 void mpx_paired_print_build_note(const mpx_paired_result *r, const char *who, FILE *f);
 
 /* With one run on one side and several on the other, the interval over seeds and
- * questions resamples only the larger side's runs: a "note: ..." on f that says so. */
-void mpx_paired_print_seed_note(const mpx_paired_result *r, const char *who, FILE *f);
+ * questions resamples only the larger side's runs: a "note: ..." on f that says so,
+ * calling the sides a_name and b_name ("A" and "B"; "the base row", "this row"). */
+void mpx_paired_print_seed_note(const mpx_paired_result *r, const char *who, const char *a_name, const char *b_name,
+                                FILE *f);
 
 /* The result as a Markdown table (cmd_paired.c; mpx matrix --paired uses it too). */
 void mpx_paired_print_md(const mpx_paired_result *r, const char *a_label, const char *b_label, FILE *f);

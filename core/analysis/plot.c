@@ -35,6 +35,8 @@ typedef struct plot {
 
 static int add_run(plot *p, const char *dir, char *err, size_t errlen)
 {
+    for (size_t i = 0; i < p->n; i++)
+        if (!strcmp(p->c[i].dir, dir)) return 0;   /* named twice: one curve */
     json_t *rec = mpx_run_load(dir, err, errlen);
     if (!rec) return -1;
     if (p->n == p->cap) {

@@ -29,7 +29,9 @@ static const char matrix_usage[] =
     "  on the same questions (question_scores.csv; see `mpx paired`): the mean difference in\n"
     "  EM and F1 points with a 95% bootstrap interval (--resamples N, default 10000; seed 1),\n"
     "  each row's seeds averaged per question, and the seed-to-seed sd beside it; after the\n"
-    "  table, a note on stderr for each row whose runs name a plugin at other versions.\n"
+    "  table, a note on stderr for each row whose runs name a plugin at other versions, and\n"
+    "  for each row with 1 run against several (or several against a base of 1), whose\n"
+    "  interval over seeds resamples only the side with several.\n"
     "  --plugin-dir DIR: search DIR first for the plugins whose option defaults a record of an\n"
     "  older mpx lacks (as for mpx run; a plugin of your own).\n"
     "  Exit 0, or 2 on errors.\n";
@@ -67,7 +69,7 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
                "runs base / row | seed sd EM base / row |\n",
             m->row_key, m->col_key ? " / " : "", m->col_key ? m->col_key : "");
     fputs("|---|---|---|---|---|---|---|\n", f);
-    char *note_text = NULL;   /* the build notes, printed on stderr after the table */
+    char *note_text = NULL;   /* the build and seed notes, printed on stderr after the table */
     size_t note_len = 0;
     FILE *notes = open_memstream(&note_text, &note_len);
     for (size_t c = 0; c < nc; c++) {
@@ -101,7 +103,7 @@ static int paired_table(const mpx_matrix *m, const char *base, size_t resamples,
                     snprintf(who, sizeof who, "mpx matrix --paired: %s%s%s", text, m->col_key ? " / " : "",
                              m->col_key ? col : "");
                     mpx_paired_print_build_note(&pr, who, notes);
-                    mpx_paired_print_seed_note(&pr, who, notes);
+                    mpx_paired_print_seed_note(&pr, who, "the base row", "this row", notes);
                 }
             }
             free(bd);

@@ -116,7 +116,7 @@ int mpx_cmd_paired(int argc, char **argv)
     }
     rc = fflush(stdout) ? 2 : 0;
     mpx_paired_print_build_note(&r, "mpx paired", stderr);
-    mpx_paired_print_seed_note(&r, "mpx paired", stderr);
+    mpx_paired_print_seed_note(&r, "mpx paired", "A", "B", stderr);
 out:
     free(a);
     free(b);

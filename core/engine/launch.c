@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,8 +74,9 @@ static void collect_rank_errors(const char *dir, int ranks, json_t *rec, const c
     json_object_set_new(rec, "rank_errors", errs);
 }
 
-/* The signals that stop a process from outside (kill, ^C, a closed terminal, the OOM
- * killer), by name; NULL for the others (a crash). */
+/* The signals that stop a process from outside (kill -9, the OOM killer; OpenMPI 4's
+ * mpirun catches SIGTERM, SIGINT and SIGHUP and exits with status 1 instead), by name;
+ * NULL for the others (a crash). */
 static const char *stop_signal_name(int sig)
 {
     switch (sig) {
@@ -86,26 +88,65 @@ static const char *stop_signal_name(int sig)
     }
 }
 
+/* run.json as it was before mpirun started: what the ranks wrote since is told from what
+ * an earlier launch left (a resumed cell's "killed") by the file itself, which every write
+ * replaces (mpx_write_json_atomic renames a new one in). */
+typedef struct record_stamp {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+} record_stamp;
+
+static void stamp_record(const char *dir, record_stamp *t)
+{
+    char path[PATH_MAX + 16];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    memset(t, 0, sizeof *t);
+    if (lstat(path, &st) != 0) return;
+    t->exists = 1;
+    t->dev = st.st_dev;
+    t->ino = st.st_ino;
+    t->mtime = st.st_mtim;
+}
+
+static int record_is_new(const char *dir, const record_stamp *before)
+{
+    record_stamp now;
+    stamp_record(dir, &now);
+    return now.exists && (!before->exists || now.dev != before->dev || now.ino != before->ino ||
+                          now.mtime.tv_sec != before->mtime.tv_sec || now.mtime.tv_nsec != before->mtime.tv_nsec);
+}
+
 /* After a launch that did not finish: the record says "failed" with the failing rank's
- * error; or, where mpirun itself was stopped by a signal from outside and no rank left an
- * error, "killed" (a sweep runs the cell again from its checkpoint, as it does when the
- * whole run is killed). `status` is mpirun's wait status. */
-static void mark_unfinished(const char *dir, int ranks, int status)
+ * error; or, where mpirun itself was killed by a signal from outside (kill -9) and no rank
+ * left an error, "killed" (a sweep runs the cell again from its checkpoint, as it does
+ * when the whole run is killed). `status` is mpirun's wait status; what rank 0 said is
+ * read only from a record written during this launch (`before`). */
+static void mark_unfinished(const char *dir, int ranks, int status, const record_stamp *before)
 {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const char *stopped = WIFSIGNALED(status) ? stop_signal_name(WTERMSIG(status)) : NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/run.json", dir);
+    int fresh = record_is_new(dir, before);
     json_error_t je;
     json_t *rec = json_load_file(path, 0, &je);
     if (!rec) rec = json_object();
     const char *st = json_string_value(json_object_get(rec, "status"));
     if (st && !strcmp(st, "finished")) { json_decref(rec); return; }
+    if (!fresh) {   /* an earlier launch's word, not this one's */
+        st = NULL;
+        json_object_del(rec, "signal");
+    }
     const char *first;
     collect_rank_errors(dir, ranks, rec, &first);
     const char *own = json_string_value(json_object_get(rec, "error"));
+    json_t *sig0 = json_object_get(rec, "signal");
     int own_failed = st && !strcmp(st, "failed") && own, killed = 0;
-    char msg[9000];
+    char msg[9000], by[64] = "";
+    if (json_is_integer(sig0)) snprintf(by, sizeof by, " with signal %lld", (long long)json_integer_value(sig0));
     if (own_failed) snprintf(msg, sizeof msg, "rank 0: %s", own);
     else if (first) {
         json_t *errs = json_object_get(rec, "rank_errors");
@@ -118,13 +159,14 @@ static void mark_unfinished(const char *dir, int ranks, int status)
         killed = 1;
         snprintf(msg, sizeof msg, "mpirun was stopped by %s from outside mpx run, and its ranks with it (a sweep "
                  "runs the cell again, from its checkpoint if it has one)", stopped);
+    } else if (WIFSIGNALED(status)) {
+        snprintf(msg, sizeof msg, "mpirun died of signal %d; see its output", WTERMSIG(status));
     } else if (st && !strcmp(st, "killed")) {
         /* rank 0 was stopped by mpirun: mpirun was told to stop (a SIGTERM to it ends it
          * with status 1), or another rank died without a word */
-        snprintf(msg, sizeof msg, "mpirun exited with status %d after stopping rank 0 with signal %lld: mpirun was "
-                 "stopped from outside mpx run, or a rank died without leaving an error; see mpirun's output "
-                 "(`mpx sweep --retry-failed` runs the cell again, from its checkpoint if it has one)", code,
-                 (long long)json_integer_value(json_object_get(rec, "signal")));
+        snprintf(msg, sizeof msg, "mpirun exited with status %d after stopping rank 0%s: mpirun was stopped from "
+                 "outside mpx run, or a rank died without leaving an error; see mpirun's output (`mpx sweep "
+                 "--retry-failed` runs the cell again, from its checkpoint if it has one)", code, by);
     } else {
         snprintf(msg, sizeof msg, "a rank died (mpirun exited with status %d) before it could say why; "
                  "see mpirun's output", code);
@@ -235,6 +277,8 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
     char session[] = "/tmp/mpx-mpirun-XXXXXX";
     if (!mkdtemp(session)) { fprintf(stderr, "mpx %s: cannot create a folder for mpirun: %s\n", what, strerror(errno)); free(av); return 1; }
     fflush(NULL);
+    record_stamp before;
+    stamp_record(dir, &before);
     pid_t parent = getpid();
     /* ranks orphaned by mpirun's end become this process's children (wait_for_ranks) */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -270,6 +314,6 @@ int mpx_launch_ranks(int ranks, const char *what, int argc, char **argv, const c
         mark_killed(dir, (int)got_signal);
         return 128 + (int)got_signal;
     }
-    mark_unfinished(dir, ranks, status);
+    mark_unfinished(dir, ranks, status, &before);
     return 1;
 }

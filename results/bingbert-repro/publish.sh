@@ -3,7 +3,8 @@
 # diagnostics.csv, question_scores.csv, mpx.log; .gitignore keeps checkpoints and SQuAD
 # text out), then rewrites results/bingbert-repro/matrices.md and the generated tables of
 # docs/STUDY.md from the committed records alone, draws each part's curves
-# (PART-curves.png), and commits those. Unfinished cells stay
+# (PART-curves.png; for the 8-rank parts ranks8-curves.png and ranks8-full-curves.png),
+# and commits those. Unfinished cells stay
 # uncommitted until they finish. From the repository root:
 #
 #   bash results/bingbert-repro/publish.sh [MPX]
