@@ -8,19 +8,31 @@
 # uncommitted until they finish. From the repository root:
 #
 #   bash results/bingbert-repro/publish.sh [MPX]
+#   PRUNE=1 bash ...   also deletes what git ignores in the finished cells it commits:
+#                      checkpoint/ (the trained model), train_state/ (only an unfinished
+#                      cell resumes from it), predictions.json and nbest_predictions.json
+#                      (they quote SQuAD text); without it, it lists them
 set -eu
 cd "$(dirname "$0")/../.."
 MPX=$(realpath "${1:-build/bin/mpx}")
 S=results/bingbert-repro
 added=0
-for rec in "$S"/*/*/run.json; do
+left=
+# the parts' cells, and the 8-rank parts' (their sweeps one folder deeper)
+for rec in "$S"/*/*/run.json "$S"/ranks8/*/*/run.json "$S"/ranks8-full/*/*/run.json; do
     [ -f "$rec" ] || continue
     grep -q '"status": "finished"' "$rec" || continue
     cell=$(dirname "$rec")
     for f in run.json metrics.csv diagnostics.csv question_scores.csv mpx.log; do
         [ -f "$cell/$f" ] && git add "$cell/$f" && added=1
     done
+    for f in checkpoint train_state predictions.json nbest_predictions.json; do
+        [ -e "$cell/$f" ] || continue
+        if [ "${PRUNE:-0}" = 1 ]; then rm -rf -- "${cell:?}/$f"; else left="$left $cell/$f"; fi
+    done
 done
+[ -n "$left" ] && printf 'publish.sh: ignored by git, left in finished cells (PRUNE=1 deletes them):\n%s\n' \
+    "$(printf '  %s\n' $left)" >&2
 [ -f "$S/main/sweep.json" ] && git add "$S"/*/sweep.json
 git diff --cached --quiet || git commit -q -m "results/bingbert-repro: finished cells' records"
 tmp=$(mktemp -d)
