@@ -12,9 +12,10 @@ static const char diff_usage[] =
     "  A and B are two run folders (holding run.json) or two sweep folders (cells paired by\n"
     "  their axis values). Prints only what differs: configuration keys (config.effective),\n"
     "  the effective precision descriptor (\"precision\" lines: dtypes, islands, loss-scale\n"
-    "  preset, rounding), metrics with their relative change, and for the loss curves the\n"
-    "  first step where they part by more than REL (relative, default 1e-6) and the largest\n"
-    "  gap. Timing, the peak resident set, output paths and run.name are shown for two runs\n"
+    "  preset, rounding), metrics whose relative change exceeds REL (relative, default\n"
+    "  1e-6), each plugin's version (\"plugin version\" lines), and for the loss curves the\n"
+    "  first step where they part by more than REL and the largest gap; all of these count.\n"
+    "  Timing, the peak resident set, output paths and run.name are shown for two runs\n"
     "  (for two sweeps only with --all) but never counted: two reruns of one configuration\n"
     "  on one machine are equal.\n"
     "  Exit 0 equal within tolerance, 1 different, 2 error.\n";

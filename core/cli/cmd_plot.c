@@ -11,7 +11,8 @@ static const char plot_usage[] =
     "  one image with three panels against step: loss (top, with the legend: one entry per\n"
     "  run, named by its sweep cell or run.name, with the folders above it in front where\n"
     "  two runs' names repeat: lp-grads/bf16-master_1), loss scale, learning rate; read from\n"
-    "  each run's metrics.csv. A sweep folder stands for its cells. Drawn by gnuplot\n"
+    "  each run's metrics.csv (and a fourth, the 8-bit GEMM inputs' scales per group, when a\n"
+    "  run's diagnostics.csv has them). A sweep folder stands for its cells. Drawn by gnuplot\n"
     "  ($MPX_GNUPLOT or gnuplot on PATH; Debian package gnuplot-nox). --smooth N draws the\n"
     "  loss as the mean of its last N steps. Exit 0, or 2 on errors.\n";
 
