@@ -25,6 +25,17 @@ static void expect_refused(const char *extra, const char *a, const char *b)
     cr_expect(!b || strstr(out, b) != NULL, "mpx check %s: no '%s' in\n%s", extra, b ? b : "", out);
 }
 
+/* check writes nothing: --out and --resume are refused, not ignored; --ranks is run.ranks */
+Test(hostile_config, check_refuses_out_and_resume)
+{
+    cr_expect_eq(check("--out /tmp/mpx-check-out"), 2, "%s", out);
+    cr_expect(strstr(out, "mpx check: --out: check writes nothing") != NULL, "%s", out);
+    cr_expect_eq(check("--resume /tmp/mpx-check-out"), 2, "%s", out);
+    cr_expect(strstr(out, "mpx check: --resume: check writes nothing") != NULL, "%s", out);
+    cr_expect_eq(check("--ranks 2"), 0, "%s", out);
+    cr_expect(strstr(out, "ranks = 2;") != NULL, "%s", out);
+}
+
 Test(hostile_config, integers_past_32_bits_are_refused_not_wrapped)
 {
     expect_refused("-s run.seed=4294967338", "-s run.seed=4294967338: 'run.seed' = 4294967338 does not fit", NULL);

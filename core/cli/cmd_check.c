@@ -8,11 +8,13 @@
 #include "../engine/session.h"
 
 static const char check_usage[] =
-    "usage: mpx check CONFIG [-s KEY=VALUE]... [--plugin-dir DIR]...\n"
+    "usage: mpx check CONFIG [-s KEY=VALUE]... [--ranks N] [--plugin-dir DIR]...\n"
     "  validates CONFIG (unknown keys, types, ranges, plugins, incompatible combinations)\n"
     "  without running it, and prints the effective configuration with defaults filled in,\n"
     "  the data's size and the lr schedule over the steps it yields (first, peak and last\n"
     "  lr, any negative one), and a warning for every learning rate that never acts.\n"
+    "  --ranks N is -s run.ranks=N, as for mpx run. It writes nothing: --out and --resume\n"
+    "  are refused.\n"
     "  Exit 0 valid, 1 invalid, 2 on a wrong command line.\n";
 
 /* What mpx run would refuse once the plugins exist: the model's shapes against its
@@ -36,6 +38,11 @@ int mpx_cmd_check(int argc, char **argv)
     mpx_cli c;
     int rc = mpx_cli_parse(&c, argc, argv, check_usage);
     if (rc) return rc == 1 ? 0 : rc;
+    if (c.out_dir || c.resume_dir) {   /* before: accepted and ignored */
+        fprintf(stderr, "mpx check: %s: check writes nothing and resumes nothing (mpx run takes it)\n",
+                c.out_dir ? "--out" : "--resume");
+        return 2;
+    }
     if (c.n_positional != 1) {
         fputs(check_usage, stderr);
         return 2;
