@@ -36,6 +36,22 @@ Test(hostile_config, check_refuses_out_and_resume)
     cr_expect(strstr(out, "ranks = 2;") != NULL, "%s", out);
 }
 
+/* A training-state checkpoint at several ranks cannot hold each rank's per-tensor scales
+ * of fp16/8-bit optimizer state: check refuses the combination, naming the keys (before,
+ * such a run failed at its first checkpoint); each part alone passes. */
+Test(hostile_config, checkpoints_of_scaled_optimizer_state_at_ranks_are_refused)
+{
+    const char *base = "-s 'optimizer.plugin=\"adam\"' -s 'precision.opt_state=\"fp16\"'";
+    char args[512];
+    snprintf(args, sizeof args, "%s --ranks 2 -s train.checkpoint_every=5", base);
+    expect_refused(args, "train.checkpoint_every = 5 at 2 ranks", "precision.opt_state and opt_state_sq");
+    snprintf(args, sizeof args, "%s --ranks 2", base);
+    cr_expect_eq(check(args), 0, "%s", out);
+    snprintf(args, sizeof args, "%s -s train.checkpoint_every=5", base);
+    cr_expect_eq(check(args), 0, "%s", out);
+    cr_expect_eq(check("-s 'optimizer.plugin=\"adam\"' --ranks 2 -s train.checkpoint_every=5"), 0, "%s", out);
+}
+
 Test(hostile_config, integers_past_32_bits_are_refused_not_wrapped)
 {
     expect_refused("-s run.seed=4294967338", "-s run.seed=4294967338: 'run.seed' = 4294967338 does not fit", NULL);

@@ -341,6 +341,25 @@ Test(ranks, a_dying_rank_fails_the_run_with_its_error, .timeout = 120)
     ts_sh(NULL, 0, "rm -rf %s", dir);
 }
 
+/* A launch of one process (mpirun -np 1, srun -n 1: the launcher's variables say a world
+ * of 1) with run.ranks = 2 is refused before a record is written; before, it trained
+ * alone while counting its steps for 2 ranks, and its record said run.ranks = 2. */
+Test(ranks, a_launch_of_one_process_is_not_two_ranks, .timeout = 60)
+{
+    char *dir = ts_tmpdir("ranks-one"), out[16384];
+    static const char *const worlds[] = { "OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=0", "PMI_SIZE=1 PMI_RANK=0",
+                                          "SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0" };
+    for (size_t i = 0; i < sizeof worlds / sizeof *worlds; i++) {
+        int rc = ts_sh(out, sizeof out, "env %s build/bin/mpx run " TOY " --out %s/run " TOY_ARGS " --ranks 2 2>&1",
+                       worlds[i], dir);
+        cr_expect_eq(rc, 1, "%s: %s", worlds[i], out);
+        cr_expect(strstr(out, "started by a launcher as 1 process") && strstr(out, "run.ranks = 2"), "%s: %s", worlds[i],
+                  out);
+        cr_expect_neq(ts_sh(NULL, 0, "test -e %s/run/run.json", dir), 0, "%s: a record was written", worlds[i]);
+    }
+    ts_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 Test(ranks, a_run_started_by_mpirun_joins, .timeout = 120)
 {
     char *dir = ts_tmpdir("ranks-join"), out[16384], path[4096];

@@ -339,6 +339,13 @@ static int run_session(const mpx_cli *cp, int argc, char **argv, int train, cons
     }
     int64_t ranks = 1;
     mpx_config_get_int(s.cfg, "run.ranks", &ranks);
+    if (launched == 1 && ranks > 1) { /* a launch of one process cannot be N ranks */
+        fprintf(stderr, "mpx %s: started by a launcher as 1 process (mpirun -np 1, srun -n 1), but run.ranks = %lld: "
+                "launch %lld processes, or run mpx %s outside a launcher and it starts the ranks itself (nothing in %s "
+                "was changed)\n", what, (long long)ranks, (long long)ranks, what, dir);
+        mpx_session_close(&s);
+        return 1;
+    }
     if (!launched && ranks > 1) { /* start the ranks ourselves; they join */
         mpx_session_close(&s);
         setenv("MPX_RUN_LOCK_HELD", dir, 1);

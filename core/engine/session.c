@@ -240,6 +240,15 @@ int mpx_session_precision(mpx_session *s, char *err, size_t errlen)
                  (long long)s->set.ranks);
         return -1;
     }
+    /* train_state.c writes whole buffers; each rank's per-tensor state scales are its own */
+    if (s->set.ranks > 1 && s->set.checkpoint_every > 0 && mpx_session_state_scaled(s)) {
+        snprintf(err, errlen, "train.checkpoint_every = %lld at %lld ranks: %s keeps optimizer state in %s / %s with a "
+                 "scale per tensor on each rank, which a training-state checkpoint with ranks cannot hold yet; set "
+                 "train.checkpoint_every = 0, or precision.opt_state and opt_state_sq to \"fp32\" or \"bf16\"",
+                 (long long)s->set.checkpoint_every, (long long)s->set.ranks, p->env.label,
+                 mpx_dtype_label(&s->fmts, mpx_opt_state_dtype(d, 0)), mpx_dtype_label(&s->fmts, mpx_opt_state_dtype(d, 1)));
+        return -1;
+    }
     mpx_scaling_free(&s->scaling);
     free(s->param_gemm);
     s->param_gemm = NULL;

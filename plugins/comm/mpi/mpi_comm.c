@@ -1,5 +1,5 @@
-/* comm/mpi: data-parallel ranks as MPI processes (OpenMPI). The only part of mpx that
- * links MPI. Buffers are read and written in place, so the backend's memory must be
+/* comm/mpi: data-parallel ranks as MPI processes (OpenMPI). With comm/nccl (its bootstrap)
+ * the only part of mpx that links MPI. Buffers are read and written in place, so the backend's memory must be
  * host-addressable (the cpu backend's is).
  *
  * All-reduce and reduce-scatter run the ring of ring.h (NCCL's order, a rounding per hop
