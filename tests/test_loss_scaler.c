@@ -110,3 +110,66 @@ Test(loss_scaler, static_and_none_keep_their_scale_and_skip_overflows)
     const double want1[] = { 1, 1 };
     trace("none", NULL, 0, "OC", want1);
 }
+
+/* The scales and skips a preset gives, from a fresh scaler each, over two sequences: a few
+ * overflows among clean steps (hysteresis, growth under a short window), and 40 overflows
+ * (every floor reached; -1 where an overflow at the minimum stops the run). */
+static size_t run_states(const char *preset, const mpx_scaler_keys *k, double *scale, int *skip)
+{
+    static const char *const seqs[] = { "OCCCCCOOCCCCCCCOOOC", "OOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOOO" };
+    size_t i = 0;
+    for (size_t q = 0; q < 2; q++) {
+        mpx_loss_scaler ls;
+        char err[512];
+        cr_assert_eq(mpx_scaler_init(&ls, preset, k, err, sizeof err), 0, "%s: %s", preset, err);
+        scale[i] = ls.scale;
+        skip[i++] = 0;
+        for (size_t t = 0; seqs[q][t]; t++, i++) {
+            int s = -1;
+            if (mpx_scaler_update(&ls, seqs[q][t] == 'O', (int64_t)t, &s, err, sizeof err)) {
+                scale[i] = -1;
+                skip[i++] = -1;
+                break;
+            }
+            scale[i] = ls.scale;
+            skip[i] = s;
+        }
+    }
+    return i;
+}
+
+/* Which loss-scale keys act under which preset, found by running the state machine with
+ * and without each key (every preset x every key: the behaviour is the reference), and
+ * what mpx_scaler_idle_keys reports (mpx check's warning, a run's note): a key is reported
+ * exactly when it changes nothing. */
+Test(loss_scaler, idle_keys_are_exactly_those_that_change_nothing)
+{
+    static const char *const presets[] = { "none", "static", "pytorch", "deepspeed-fp16-optimizer", "deepspeed-zero",
+                                           "deepspeed-zero-keys" };
+    static const char *const names[] = { "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
+                                         "static_loss_scale" };
+    const mpx_scaler_keys base = { .power = -1, .window = 0, .hysteresis = 0, .min_scale = 0, .static_scale = 1 };
+    int acted = 0, idle_seen = 0;
+    for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+            mpx_scaler_keys set = base;
+            if (k == 0) set.power = 3;
+            if (k == 1) set.window = 2;
+            if (k == 2) set.hysteresis = 3;
+            if (k == 3) set.min_scale = 4096;
+            if (k == 4) set.static_scale = 8;
+            double s0[128], s1[128];
+            int k0[128], k1[128];
+            size_t n0 = run_states(presets[p], &base, s0, k0), n1 = run_states(presets[p], &set, s1, k1);
+            int same = n0 == n1 && !memcmp(s0, s1, n0 * sizeof *s0) && !memcmp(k0, k1, n0 * sizeof *k0);
+            char out[8][240], want[64];
+            size_t n = mpx_scaler_idle_keys(presets[p], &set, out[0], 8, sizeof out[0]);
+            snprintf(want, sizeof want, "precision.%s = ", names[k]);
+            int reported = n == 1 && !strncmp(out[0], want, strlen(want)) && strstr(out[0], "never acts");
+            cr_expect(same ? reported : n == 0, "%s, precision.%s: it %s, and %zu key(s) were reported idle%s%s",
+                      presets[p], names[k], same ? "changes nothing" : "acts", n, n ? ": " : "", n ? out[0] : "");
+            acted += !same;
+            idle_seen += same;
+        }
+    cr_expect(acted > 0 && idle_seen > 0, "the enumeration saw %d acting and %d idle", acted, idle_seen);
+}

@@ -47,6 +47,36 @@ static void apply_overrides(mpx_loss_scaler *ls, const mpx_scaler_keys *k)
     if (min_scale > 0) ls->min_scale = min_scale;
 }
 
+size_t mpx_scaler_idle_keys(const char *name, const mpx_scaler_keys *k, char *out, size_t cap, size_t len)
+{
+    const preset *p = NULL;
+    if (!name) name = "none";
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (strcmp(presets[i].name, name) == 0) p = &presets[i];
+    if (!p) return 0;
+    size_t n = 0;
+#define IDLE(fmt, ...) \
+    do { if (n < cap) snprintf(out + n * len, len, fmt, __VA_ARGS__); n++; } while (0)
+    if (strcmp(name, "static") != 0 && k->static_scale != 1.0)
+        IDLE("precision.static_loss_scale = %g never acts: only loss_scale \"static\" reads it (the preset is %s)",
+             k->static_scale, name);
+    if (p->kind == MPX_SCALER_FIXED) {
+        const char *why = "the preset keeps a fixed scale";
+        if (k->power >= 0) IDLE("precision.initial_scale_power = %lld never acts: %s (%s)", (long long)k->power, why, name);
+        if (k->window > 0) IDLE("precision.loss_scale_window = %lld never acts: %s (%s)", (long long)k->window, why, name);
+        if (k->hysteresis > 0) IDLE("precision.hysteresis = %lld never acts: %s (%s)", (long long)k->hysteresis, why, name);
+        if (k->min_scale > 0) IDLE("precision.min_loss_scale = %g never acts: %s (%s)", k->min_scale, why, name);
+    } else if (p->kind != MPX_SCALER_DEEPSPEED) {
+        if (k->hysteresis > 0)
+            IDLE("precision.hysteresis = %lld never acts: %s halves the scale on every overflow (only deepspeed-zero "
+                 "and deepspeed-zero-keys have hysteresis)", (long long)k->hysteresis, name);
+        if (p->kind == MPX_SCALER_TORCH && k->min_scale > 0)
+            IDLE("precision.min_loss_scale = %g never acts: pytorch's GradScaler has no floor", k->min_scale);
+    }
+#undef IDLE
+    return n < cap ? n : cap;
+}
+
 int mpx_scaler_init(mpx_loss_scaler *ls, const char *name, const mpx_scaler_keys *keys, char *err, size_t errlen)
 {
     memset(ls, 0, sizeof *ls);

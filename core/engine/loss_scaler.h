@@ -54,6 +54,11 @@ const char *mpx_scaler_names(void);
  * NULL: the preset alone. */
 int mpx_scaler_init(mpx_loss_scaler *ls, const char *preset, const mpx_scaler_keys *keys, char *err, size_t errlen);
 
+/* The loss-scale keys set in `k` that preset `name` (NULL: "none") never reads, as
+ * "precision.KEY = VALUE never acts: WHY" lines into out[0..cap) (each `len` bytes; an
+ * unknown preset has none). Returns how many; mpx check warns and a run notes each. */
+size_t mpx_scaler_idle_keys(const char *name, const mpx_scaler_keys *k, char *out, size_t cap, size_t len);
+
 /* After a step's overflow check. *skip = 1 when the step must be skipped. Returns
  * non-zero (err names the step and the scale) when the preset stops the run. */
 int mpx_scaler_update(mpx_loss_scaler *ls, int overflow, int64_t step, int *skip, char *err, size_t errlen);
