@@ -24,8 +24,8 @@
  *   bench_step --case NAME CHECKPOINT PRECISION STEPS [--pad F] [--plugin-dir DIR] [--torch CONFIG_JSON]
  *              [-s KEY=VALUE]...
  * --torch: PyTorch alongside, one process per OpenMP wait policy, one of its steps (and
- * evaluation forwards) after each of mpx's timed ones (the parent passes it in the fp32
- * case of each model).
+ * evaluation forwards) after each of mpx's timed ones (the parent passes it in every case
+ * of each model's first kernel set, the peer configured per policy).
  * --pad F masks the last F of every window (input_mask 0, token id 0), as a padded batch
  * of real windows is (bench_padding: 24 % of a shuffled SQuAD batch's tokens at 384):
  * the attention then softmaxes over masked positions. Default 0: every mask 1.
