@@ -11,13 +11,16 @@
 # Every cell runs on one build: the commit PIN, built into .study-build/<commit>/ (ignored
 # by git) when missing, so that a fresh clone rebuilds the same binary. Needs `make data`
 # and `make model`, and OpenMPI (.ci/run installs it). On 2 cores (8 processes of one
-# thread) a step at 8 ranks takes about 2.4-2.7 s with the machine to itself and up to
-# about 5 s beside builds and tests: a protocol-A cell (382 steps) trained in 15-80 minutes
-# (train_seconds 929-4,756 in its records), a protocol-B8 cell (3,694 steps) 2.5-5 hours.
+# thread) a step at 8 ranks takes about 2.5 s (fp32) or 3.3 s (the pre-0.13.3 bf16 cell)
+# with the machine to itself and up to about 5 s beside builds and tests: a protocol-A
+# cell (382 steps) trained in 15-80 minutes (train_seconds 929-4,756 in its records), a
+# protocol-B8 cell (3,694 steps) 2.5-3.5 hours alone, up to 5 beside other work.
 # Stop it with Ctrl-C, or kill -TERM on this script and on the cell's `mpx run` (the
 # launcher passes the signal to mpirun and records the cell as killed; the next run
-# resumes it). Killing mpirun or a rank alone records the cell as failed, and a failed
-# cell runs again only under `mpx sweep --retry-failed`.
+# resumes it). Not on the pinned build's `mpx sweep` alone: that build predates the sweep
+# passing a signal on to its cell (827dd2e), so the sweep dies and the cell trains on,
+# orphaned. Killing mpirun or a rank alone records the cell as failed with the pinned
+# build, and a failed cell runs again only under `mpx sweep --retry-failed`.
 #   ORDER="ranks8/lp-grads ranks8/fp32" bash ...   only those sweeps, one cell per mention
 #   MPX=/path/to/mpx bash ...                      another binary (its cells record its commit)
 set -u
