@@ -40,7 +40,10 @@ static size_t line_values(const char *text, const char *name, int world, unsigne
             p = end;
         }
         if (r == 0) { memcpy(out, v, k * sizeof *v); n = k; }
-        else for (size_t i = 0; i < k && i < cap; i++) cr_expect_eq(v[i], out[i], "%s: rank %d differs from rank 0 at %zu", name, r, i);
+        else {
+            cr_expect_eq(k, n, "%s: rank %d printed %zu values, rank 0 %zu", name, r, k, n);
+            for (size_t i = 0; i < k && i < cap; i++) cr_expect_eq(v[i], out[i], "%s: rank %d differs from rank 0 at %zu", name, r, i);
+        }
     }
     return n;
 }

@@ -126,7 +126,12 @@ Test(run_folder, sweep_names_are_one_folder_name)
 {
     char *dir = ts_tmpdir("rf-sweep"), out[16384], path[4096];
     snprintf(path, sizeof path, "%s/s.cfg", dir);
-    ts_write_file(path, "name = \"a\\tb\";\nbase = \"/work/none.cfg\";\naxes = ( { key = \"run.seed\"; values = (1); } );\n");
+    char cwd[2048], text[4200];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    /* a base that exists: the refusal is the name's, not the base's */
+    snprintf(text, sizeof text, "name = \"a\\tb\";\nbase = \"%s/configs/toy.cfg\";\naxes = ( { key = \"run.seed\"; "
+             "values = (1); } );\n", cwd);
+    ts_write_file(path, text);
     int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
     cr_expect_neq(rc, 0, "%s", out);
     cr_expect(strstr(out, "control character (byte 0x09)"), "%s", out);
@@ -223,8 +228,8 @@ Test(run_folder, a_sweep_folder_in_use_refuses_a_second_sweep, .timeout = 120)
     expect_refused_by(holder, cmd);
     int rc = ts_sh(out, sizeof out, "build/bin/mpx sweep %s --dry-run 2>&1", path);
     cr_expect(rc != 2 && !strstr(out, "in use"), "--dry-run only reads, it takes no lock: %s", out);
-    /* a serial sweep does not pass SIGTERM on to its running cell (a terminal's ^C reaches
-     * both): end the sweep, then the cell */
+    /* end the sweep (it passes SIGTERM on to its running cell), then whatever of the cell
+     * is left */
     ts_sh(NULL, 0, "kill -TERM %ld; while kill -0 %ld 2>/dev/null; do sleep 0.05; done; "
           "pkill -TERM -f -- '[-]-out %s/locked/'; "
           "while pgrep -f -- '[-]-out %s/locked/' >/dev/null; do sleep 0.05; done", first, first, dir, dir);
