@@ -233,6 +233,15 @@ Test(ranks_deepspeed, measuring_changes_nothing, .timeout = 300)
         json_t *tl = json_object_get(json_object_get(last.rec, "metrics"), "replica_divergence_trace");
         cr_expect(json_array_size(te) == 12 && json_array_size(tl) == 1, "%s: %zu and %zu measurements",
                   k ? "fixed" : "lp-grads", json_array_size(te), json_array_size(tl));
+        /* the gradient measurement: as often under lp-grads, absent under the fix */
+        json_t *ge = json_object_get(json_object_get(every.rec, "metrics"), "grad_divergence");
+        json_t *gl = json_object_get(json_object_get(last.rec, "metrics"), "grad_divergence");
+        if (k) cr_expect(!ge && !gl, "fixed: a gradient divergence was measured");
+        else cr_expect(json_integer_value(json_object_get(ge, "measurements")) == 12 &&
+                       json_integer_value(json_object_get(gl, "measurements")) == 1,
+                       "lp-grads: %lld and %lld gradient measurements",
+                       (long long)json_integer_value(json_object_get(ge, "measurements")),
+                       (long long)json_integer_value(json_object_get(gl, "measurements")));
         cr_expect(tr_bitwise_equal(&every, &last), "%s: measuring every step changed the run: loss %.3g, weights %.3g",
                   k ? "fixed" : "lp-grads", tr_loss_diff(&every, &last), tr_weight_rel_diff(&every, &last));
         tr_free(&every);
