@@ -160,6 +160,14 @@ static void check_memory(const tr_run *r, const policy_bytes *p, int stage, int 
  * bound of 1e-3; a wrong window, tick or scale moves the loss at once. */
 #define FP32_LOSS_TOL 1e-5
 #define FP32_WEIGHT_TOL 1e-3
+/* 16-bit policies: N ranks round their partial sums per hop where one rank accumulates in
+ * one buffer, so the runs part by rounding; measured at 2 and 3 ranks on the toy and the
+ * tiny BERT: loss at most 0.0078 (pure-bf16, bf16-master), weights at most 0.0355
+ * (pure-bf16 on the toy). Another data order and dropout (run.seed 7 for the one-rank
+ * run) moves the toy's loss by 0.135-0.203 and its weights by 1.41-1.43, so these bounds,
+ * about 4 and 3 times the rounding, catch a rank reading the wrong windows or ticks. */
+#define LOWP_LOSS_TOL 0.03
+#define LOWP_WEIGHT_TOL 0.1
 
 /* The final evaluation (rank 0's; at stage 3 on the weights gathered for it) is stage 0's. */
 static void expect_same_eval(const tr_run *z, const tr_run *s0, const char *what)
@@ -192,10 +200,11 @@ static void stages_equal_stage0(const char *cfg, const char *base, const policy_
         check_memory(&s0, p, 0, ranks);
         double dl = tr_loss_diff(&s0, &one), dw = tr_weight_rel_diff(&s0, &one);
         cr_log_info("%s %s: %d ranks vs 1 rank: loss %.3g, weights %.3g (relative L2)", cfg, p->name, ranks, dl, dw);
-        if (!strcmp(p->name, "fp32")) {
-            cr_expect_lt(dl, FP32_LOSS_TOL, "%s fp32: %d ranks vs 1: loss differs by %.3g", cfg, ranks, dl);
-            cr_expect_lt(dw, FP32_WEIGHT_TOL, "%s fp32: %d ranks vs 1: weights differ by %.3g", cfg, ranks, dw);
-        }
+        int fp32 = !strcmp(p->name, "fp32");
+        cr_expect_lt(dl, fp32 ? FP32_LOSS_TOL : LOWP_LOSS_TOL, "%s %s: %d ranks vs 1: loss differs by %.3g", cfg, p->name,
+                     ranks, dl);
+        cr_expect_lt(dw, fp32 ? FP32_WEIGHT_TOL : LOWP_WEIGHT_TOL, "%s %s: %d ranks vs 1: weights differ by %.3g", cfg,
+                     p->name, ranks, dw);
         for (int stage = 1; stage <= 3; stage++) {
             tr_run z;
             snprintf(args, sizeof args, "%s -s 'precision.plugin=\"%s\"' --ranks %d -s 'zero.plugin=\"stage%d\"'",
