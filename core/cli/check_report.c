@@ -154,8 +154,8 @@ int mpx_check_report(mpx_session *s, FILE *out, FILE *err)
         mpx_config_get_float(s->cfg, idle[i].key, &v);
         fprintf(err, "mpx check: warning: %s = %g never acts: %s\n", idle[i].key, v, idle[i].why);
     }
-    char scale_idle[4][240];
-    size_t n_scale = mpx_scaler_idle_keys(s->prec.loss_scale, &s->set.scaler, scale_idle[0], 4, sizeof scale_idle[0]);
+    char scale_idle[5][240];   /* at most 5: every scaler key idle */
+    size_t n_scale = mpx_scaler_idle_keys(s->prec.loss_scale, &s->set.scaler, scale_idle[0], 5, sizeof scale_idle[0]);
     for (size_t i = 0; i < n_scale; i++) fprintf(err, "mpx check: warning: %s\n", scale_idle[i]);
     return 0;
 }

@@ -315,8 +315,8 @@ int mpx_train_resume(mpx_session *s, mpx_task *t, mpx_record *rec, json_t *metri
     if (mpx_train_count_steps(s, t->n_train, &total, err, errlen)) return -1;
     mpx_loss_scaler ls;
     if (mpx_scaler_init(&ls, s->prec.loss_scale, &s->set.scaler, err, errlen)) return -1;
-    char idle[4][240];
-    size_t n_idle = mpx_scaler_idle_keys(s->prec.loss_scale, &s->set.scaler, idle[0], 4, sizeof idle[0]);
+    char idle[5][240];   /* at most 5: every scaler key idle */
+    size_t n_idle = mpx_scaler_idle_keys(s->prec.loss_scale, &s->set.scaler, idle[0], 5, sizeof idle[0]);
     for (size_t i = 0; s->rank == 0 && i < n_idle; i++) mpx_note("%s", idle[i]);
     mpx_lr_schedule sched;
     if (mpx_lr_schedule_open(&sched, s, total, err, errlen)) return -1;
