@@ -191,19 +191,52 @@ Test(ranks_deepspeed, what_bf16_optimizer_never_ran_is_refused)
     cr_expect(strstr(out, "DeepSpeed 0.8.0-0.13.2") && strstr(out, "never read"), "mpx check prints the path:\n%s", out);
 }
 
-/* configs/bingbert_squad_8gpu.cfg is the launcher's arithmetic: 8 ranks of 3 windows (a
- * global batch of 24), t_total = int(87,599 / 3) // 8 = 3,649, and the pre-0.13.3 path. */
+/* The script's lr factor (REFERENCE.md): x / w below the warm-up, else 1 - x. */
+static double warmup_linear(double x, double w) { return x < w ? x / w : 1.0 - x; }
+
+/* The lr mpx check prints after `what` ("peak: lr", "last step (N): lr", ...) in sched. */
+static double printed_lr(const char *sched, const char *what, long *step)
+{
+    const char *p = strstr(sched, what);
+    cr_assert_not_null(p, "no \"%s\" in:\n%s", what, sched);
+    double lr = NAN;
+    const char *at;
+    cr_assert_eq(sscanf(p + strlen(what), " %lf", &lr), 1, "%s", p);
+    if (step) {
+        at = strstr(p, " at step ");
+        cr_assert(at && sscanf(at, " at step %ld", step) == 1, "%s", p);
+    }
+    return lr;
+}
+
+/* configs/bingbert_squad_8gpu.cfg is the launcher's arithmetic, checked against the train
+ * file itself: 8 ranks of 3 windows (a global batch of 24), t_total = int(questions / 3)
+ * // 8 with the questions counted here from the JSON, the script's warmup_linear at the
+ * steps mpx check names, and the pre-0.13.3 path. */
 Test(ranks_deepspeed, the_reports_8_gpu_launch_checks, .timeout = 60)
 {
     char out[65536];
     int rc = ts_sh(out, sizeof out, "build/bin/mpx check configs/bingbert_squad_8gpu.cfg 2>/dev/null");
     cr_assert_eq(rc, 0, "%s", out);
+    json_error_t e;
+    json_t *squad = json_load_file("datasets/data/train-v1.1.json", 0, &e);
+    cr_assert(squad, "datasets/data/train-v1.1.json: %s (make data)", e.text);
+    long questions = 0;
+    size_t i, j;
+    json_t *article, *para;
+    json_array_foreach(json_object_get(squad, "data"), i, article)
+        json_array_foreach(json_object_get(article, "paragraphs"), j, para)
+            questions += (long)json_array_size(json_object_get(para, "qas"));
+    json_decref(squad);
+    cr_assert_gt(questions, 0);
+
     const char *data = strstr(out, "# data: ");
     cr_assert_not_null(data, "%s", out);
     long windows = 0, batch = 0, accum = 0, ranks = 0, steps = 0, t_total = 0;
     cr_assert_eq(sscanf(data, "# data: %ld training examples (squad); batch %ld x accumulation %ld x %ld rank(s)",
                         &windows, &batch, &accum, &ranks), 4, "%s", data);
     cr_expect(batch == 3 && accum == 1 && ranks == 8, "batch %ld x %ld x %ld ranks", batch, accum, ranks);
+    cr_expect_gt(windows, questions, "%ld windows from %ld questions: long contexts give several", windows, questions);
     const char *sched = strstr(out, "# schedule: ");
     cr_assert_not_null(sched);
     cr_assert_eq(sscanf(sched, "# schedule: scheduler.type = \"warmup_linear\" over %ld optimizer steps", &steps), 1,
@@ -211,7 +244,25 @@ Test(ranks_deepspeed, the_reports_8_gpu_launch_checks, .timeout = 60)
     cr_expect_eq(steps, (windows + 23) / 24, "%ld windows in global batches of 24: %ld steps", windows, steps);
     const char *x = strstr(sched, "warmup_linear(step / ");
     cr_assert(x && sscanf(x, "warmup_linear(step / %ld", &t_total) == 1, "%s", sched);
-    cr_expect_eq(t_total, (87599 / 3) / 8, "t_total %ld", t_total);
+    cr_expect_eq(t_total, (questions / 3) / 8, "t_total %ld, the script's int(%ld / 3) // 8 = %ld", t_total, questions,
+                 (questions / 3) / 8);
+
+    /* the lr at the steps mpx check names, from the script's formula (printed to 6 digits) */
+    const double base = 1e-4, w = 0.1, T = (double)((questions / 3) / 8);
+    long peak = 0, neg = 0, last = steps - 1;
+    double lr = printed_lr(sched, "peak: lr", &peak), want = base * warmup_linear((double)peak / T, w);
+    cr_expect(fabs(lr - want) <= 1e-5 * fabs(want), "peak lr %g at step %ld, the formula %g", lr, peak, want);
+    for (long k = 0; k < steps; k++)
+        cr_expect_leq(warmup_linear((double)k / T, w), warmup_linear((double)peak / T, w), "step %ld beats the peak", k);
+    lr = printed_lr(sched, "first negative lr:", &neg);
+    want = base * warmup_linear((double)neg / T, w);
+    cr_expect(fabs(lr - want) <= 1e-5 * fabs(want) && want < 0 && warmup_linear((double)(neg - 1) / T, w) >= 0,
+              "first negative lr %g at step %ld, the formula %g", lr, neg, want);
+    char what[64];
+    snprintf(what, sizeof what, "last step (%ld): lr", last);
+    lr = printed_lr(sched, what, NULL);
+    want = base * warmup_linear((double)last / T, w);
+    cr_expect(fabs(lr - want) <= 1e-5 * fabs(want), "last lr %g, the formula %g", lr, want);
     cr_expect(strstr(out, "zero.deepspeed_bf16_reduce = \"lp-grads\"") && strstr(out, "each of the 8 ranks"), "%s", out);
 }
 
