@@ -86,7 +86,7 @@ static size_t fake_count_no_models(void *ctx, mpx_kind kind)
     return kind == MPX_KIND_MODEL ? 0 : fake_count(ctx, kind);
 }
 
-static const mpx_schema_source fake_src = { NULL, fake_count, fake_get };
+static const mpx_schema_source fake_src = { NULL, fake_count, fake_get, NULL };
 
 /* ---- Helpers -------------------------------------------------------------------------- */
 
@@ -715,7 +715,7 @@ Test(config, json_mirrors_effective_config)
 Test(config, default_plugin_not_installed)
 {
     /* No model plugin installed: the default "bert-qa" cannot be used. */
-    const mpx_schema_source empty_models = { NULL, fake_count_no_models, fake_get };
+    const mpx_schema_source empty_models = { NULL, fake_count_no_models, fake_get, NULL };
     mpx_config *c = NULL;
     int rc = mpx_config_load(&c, FIX "bounds.cfg", NULL, 0, mpx_core_groups, mpx_n_core_groups,
                              &empty_models, err, sizeof err);
@@ -778,7 +778,7 @@ Test(config, requested_text_leaves_defaults_out)
     cr_assert_str_eq(t1, "run = {\n  seed = 5;\n};\ntrain = {\n  max_steps = 7;\n};\noptimizer = {\n  plugin = \"adam\";\n"
                          "  lr = 1.0;\n  adam = {\n    eps = 1e-06;\n  };\n};\n");
     mpx_config_free(c);
-    static const mpx_schema_source v2 = { NULL, fake_count, fake_get_v2 };
+    static const mpx_schema_source v2 = { NULL, fake_count, fake_get_v2, NULL };
     mpx_config *c2 = NULL;
     cr_assert_eq(mpx_config_load(&c2, path, ov, 1, mpx_core_groups, mpx_n_core_groups, &v2, err, sizeof err), 0, "%s", err);
     double knob = 0;

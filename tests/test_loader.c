@@ -167,6 +167,60 @@ Test(loader, mpx_plugins_lists_builtins_errors_and_shadowing)
     cr_expect(strstr(out, "shadowed:") && strstr(out, "precision/fp32"), "%s", out);
 }
 
+/* A required entry left NULL would crash its first call: the loader refuses the plugin and
+ * names exactly the entries missing (an optimizer without step; a backend whose op table
+ * lacks two of its ABI 1.0 ops), mpx plugins lists why, and a run naming it stops before
+ * any record exists. */
+Test(loader, refuses_null_required_entries_by_name)
+{
+    const char *p[] = { "null_step", "null_ops" };
+    char *d = folder_with(p, 2);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *opt = by_file(&r, "null_step.so"), *be = by_file(&r, "null_ops.so");
+    cr_assert(opt && be);
+    cr_assert_not(opt->loaded);
+    cr_assert_not(be->loaded);
+    cr_expect(opt->error && strstr(opt->error, "optimizer/nullstep: its optimizer vtable") &&
+              strstr(opt->error, "has no step: every ABI 1.0 entry is required"), "%s", opt->error);
+    cr_expect(be->error && strstr(be->error, "backend/nullops: its op table") &&
+              strstr(be->error, "has no layernorm_bwd, gelu_bwd: every ABI 1.0 op is required"), "%s", be->error);
+    cr_expect_null(mpx_registry_find(&r, MPX_KIND_OPTIMIZER, "nullstep"));
+    cr_expect_null(mpx_registry_find(&r, MPX_KIND_BACKEND, "nullops"));
+    mpx_registry_free(&r);
+
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx plugins --plugin-dir %s 2>&1", d);
+    const char *out = run_capture(cmd);
+    cr_expect(strstr(out, "null_ops.so: backend/nullops: its op table") && strstr(out, "null_step.so: optimizer/nullstep"),
+              "%s", out);
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx run configs/toy.cfg --plugin-dir %s -s "
+             "'backend.plugin=\"nullops\"' --out %s/run 2>&1; echo rc=$?; test -e %s/run && echo exists", d, d, d);
+    out = run_capture(cmd);
+    cr_expect(strstr(out, "has no layernorm_bwd, gelu_bwd") && !strstr(out, "rc=0") && !strstr(out, "exists"), "%s", out);
+}
+
+/* A backend's own `ops` is whole but the table its instance hands over (instance_ops)
+ * lacks gelu_bwd: it loads, and the run fails when its session starts, naming the op,
+ * before any op is called (each is a placeholder that would crash). */
+Test(loader, an_instances_op_table_is_checked_too)
+{
+    const char *p[] = { "null_instance_ops" };
+    char *d = folder_with(p, 1);
+    mpx_registry r;
+    scan(&r, &d, 1);
+    const mpx_plugin_rec *be = by_file(&r, "null_instance_ops.so");
+    cr_assert(be);
+    cr_expect(be->loaded && !be->error, "%s", be->error ? be->error : "not loaded");
+    mpx_registry_free(&r);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx run configs/toy.cfg --plugin-dir %s -s "
+             "'backend.plugin=\"nullinstance\"' --out %s/run 2>&1; echo rc=$?", d, d);
+    const char *out = run_capture(cmd);
+    cr_expect(strstr(out, "backend/nullinstance: its instance's op table has no gelu_bwd: every ABI 1.0 op is required") &&
+              !strstr(out, "rc=0"), "%s", out);
+}
+
 Test(loader, mpx_plugins_name_prints_options)
 {
     const char *out = run_capture("build/bin/mpx plugins optimizer/sgd 2>&1");

@@ -47,6 +47,9 @@ typedef struct mpx_schema_source {
     void *ctx;
     size_t (*count)(void *ctx, mpx_kind kind);
     const mpx_plugin_desc *(*get)(void *ctx, mpx_kind kind, size_t i);
+    /* Optional (NULL: none): why a plugin file that declared this kind and name was refused
+     * (its path and the loader's reason), or NULL; named where a selector finds no plugin. */
+    const char *(*refused)(void *ctx, mpx_kind kind, const char *name, char *buf, size_t len);
 } mpx_schema_source;
 
 typedef struct mpx_config mpx_config;

@@ -216,6 +216,13 @@ static void check_selection(const check_ctx *x, const mpx_group_schema *g, confi
                          x->path ? x->path : "config", g->name, g->selector, name, subs);
             return;
         }
+        char why[TEXT_LEN];
+        if (g->plugin_kind >= 0 && x->src && x->src->refused &&
+            x->src->refused(x->src->ctx, (mpx_kind)g->plugin_kind, name, why, sizeof why)) {
+            mpx_errs_add(x->e, "%s: '%s.%s' = \"%s\": a plugin of that name was found but refused: %s", w, g->name,
+                         g->selector, name, why);
+            return;
+        }
         mpx_errs_add(x->e, "%s: '%s.%s' = \"%s\": no such %s (%s)%s%s%s", w, g->name,
                      g->selector, name,
                      g->plugin_kind >= 0 ? "plugin is installed" : g->selector, subs,

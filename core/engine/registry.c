@@ -1,4 +1,5 @@
 #include "registry.h"
+#include "vtable_check.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -162,6 +163,19 @@ static void load_one(mpx_plugin_rec *rec, const mpx_host *host)
         return;
     }
     memcpy(&rec->vt, vsize, *vsize < sizeof rec->vt ? *vsize : sizeof rec->vt);
+    /* a NULL required entry would crash its first call: refuse the plugin, naming them */
+    char names[768];
+    const char *kind = mpx_kind_name(rec->desc.kind);
+    if (mpx_vtable_missing(rec->desc.kind, vsize, names, sizeof names)) {
+        refuse(rec, "%s/%s: its %s vtable (%u bytes) has no %s: every ABI 1.0 entry is required", kind,
+               rec->desc.name, kind, (unsigned)*vsize, names);
+        return;
+    }
+    if (rec->desc.kind == MPX_KIND_BACKEND && mpx_ops_missing(rec->vt.backend.ops, names, sizeof names)) {
+        refuse(rec, "%s/%s: its op table (%u bytes) has no %s: every ABI 1.0 op is required", kind, rec->desc.name,
+               (unsigned)rec->vt.backend.ops->size, names);
+        return;
+    }
     rec->loaded = 1;
 }
 
@@ -275,6 +289,17 @@ const mpx_plugin_rec *mpx_registry_find(const mpx_registry *r, mpx_kind kind, co
     for (size_t i = 0; i < r->n; i++)
         if (active(&r->recs[i]) && r->recs[i].desc.kind == kind && strcmp(r->recs[i].desc.name, name) == 0)
             return &r->recs[i];
+    return NULL;
+}
+
+const char *mpx_registry_refusal(const mpx_registry *r, mpx_kind kind, const char *name, char *buf, size_t len)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        const mpx_plugin_rec *rec = &r->recs[i];
+        if (!rec->error || !rec->desc.name || rec->desc.kind != kind || strcmp(rec->desc.name, name)) continue;
+        snprintf(buf, len, "%s: %s", rec->path, rec->error);
+        return buf;
+    }
     return NULL;
 }
 

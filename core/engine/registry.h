@@ -44,6 +44,11 @@ void mpx_registry_free(mpx_registry *r);
 /* The active plugin of that kind and name (loaded, not shadowed), or NULL. */
 const mpx_plugin_rec *mpx_registry_find(const mpx_registry *r, mpx_kind kind, const char *name);
 
+/* Why a plugin file that declared this kind and name was refused ("PATH: reason", into
+ * buf), or NULL when none was: a selector naming it is then told why, not only that no
+ * such plugin is installed. */
+const char *mpx_registry_refusal(const mpx_registry *r, mpx_kind kind, const char *name, char *buf, size_t len);
+
 /* Parse "NAME" or "KIND/NAME"; *kind is -1 when no kind was given. */
 int mpx_parse_plugin_ref(const char *ref, int *kind, char *name, size_t name_len);
 

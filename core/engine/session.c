@@ -16,6 +16,7 @@
 #include "session.h"
 #include "shard.h"
 #include "update_window.h"
+#include "vtable_check.h"
 #include "weight_gather.h"
 
 static size_t src_count(void *ctx, mpx_kind kind) { return mpx_registry_count(ctx, kind); }
@@ -24,6 +25,11 @@ static const mpx_plugin_desc *src_get(void *ctx, mpx_kind kind, size_t i)
 {
     const mpx_plugin_rec *r = mpx_registry_get(ctx, kind, i);
     return r ? &r->desc : NULL;
+}
+
+static const char *src_refused(void *ctx, mpx_kind kind, const char *name, char *buf, size_t len)
+{
+    return mpx_registry_refusal(ctx, kind, name, buf, len);
 }
 
 int mpx_session_open(mpx_session *s, const char *const *cli_dirs, size_t n_cli)
@@ -38,7 +44,7 @@ int mpx_session_open(mpx_session *s, const char *const *cli_dirs, size_t n_cli)
 int mpx_session_configure(mpx_session *s, const char *path, const char *const *overrides,
                           size_t n_overrides, char *err, size_t errlen)
 {
-    mpx_schema_source local = { &s->reg, src_count, src_get };
+    mpx_schema_source local = { &s->reg, src_count, src_get, src_refused };
     /* the config keeps a pointer to its source: keep one per session */
     mpx_schema_source *keep = malloc(sizeof *keep);
     if (!keep) { snprintf(err, errlen, "out of memory"); return -1; }
@@ -276,9 +282,11 @@ int mpx_session_start(mpx_session *s, char *err, size_t errlen)
 {
     if (mpx_session_start_backend(s, err, errlen)) return -1;
     mpx_instance *b = &s->inst[MPX_KIND_BACKEND];
-    /* every ABI 1.0 op is required; later fields are optional (MPX_OPS_HAS) */
-    if (!s->ops || s->ops->size < offsetof(mpx_ops, flags)) {
-        snprintf(err, errlen, "%s: op table missing or older than this mpx's", b->env.label);
+    /* every ABI 1.0 op is required; later fields are optional (MPX_OPS_HAS). The loader
+     * checked the backend's `ops`; an instance's own table (instance_ops) is checked here. */
+    char names[768];
+    if (mpx_ops_missing(s->ops, names, sizeof names)) {
+        snprintf(err, errlen, "%s: its instance's op table has no %s: every ABI 1.0 op is required", b->env.label, names);
         return -1;
     }
     if (mpx_nonfinite_own_ops(s, err, errlen)) return -1;
