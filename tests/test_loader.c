@@ -198,6 +198,20 @@ Test(loader, refuses_null_required_entries_by_name)
              "'backend.plugin=\"nullops\"' --out %s/run 2>&1; echo rc=$?; test -e %s/run && echo exists", d, d, d);
     out = run_capture(cmd);
     cr_expect(strstr(out, "has no layernorm_bwd, gelu_bwd") && !strstr(out, "rc=0") && !strstr(out, "exists"), "%s", out);
+    /* a sweep with a cell naming it stops before any cell, giving the loader's reason */
+    char sweep[600];
+    snprintf(sweep, sizeof sweep, "%s/nul.cfg", d);
+    FILE *f = fopen(sweep, "w");
+    cr_assert_not_null(f);
+    char cwd[400];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    fprintf(f, "name = \"nul\"; base = \"%s/configs/toy.cfg\";\n"
+               "axes = ( { key = \"optimizer.plugin\"; values = (\"adam\", \"nullstep\"); } );\n", cwd);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx sweep %s --plugin-dir %s --dry-run 2>&1; echo rc=$?", sweep, d);
+    out = run_capture(cmd);
+    cr_expect(strstr(out, "cell nullstep: optimizer.plugin = \"nullstep\": a plugin of that name was found but refused: ") &&
+              strstr(out, "has no step") && strstr(out, "rc=2"), "%s", out);
 }
 
 /* A backend's own `ops` is whole but the table its instance hands over (instance_ops)

@@ -108,6 +108,13 @@ static int missing_plugins(const mpx_config *raw, const mpx_session *s, char *wh
     for (int k = 0; k < MPX_KIND_COUNT; k++) {
         const char *name = mpx_config_selected(raw, mpx_kind_name((mpx_kind)k));
         if (!name || mpx_registry_find(&s->reg, (mpx_kind)k, name)) continue;
+        char refusal[1536];
+        if (mpx_registry_refusal(&s->reg, (mpx_kind)k, name, refusal, sizeof refusal)) {
+            /* a broken plugin is an error to fix, not a cell to skip */
+            snprintf(why, len, "%s.plugin = \"%s\": a plugin of that name was found but refused: %s",
+                     mpx_kind_name((mpx_kind)k), name, refusal);
+            return -1;
+        }
         if (!mpx_plugin_name_known((mpx_kind)k, name)) {
             const char *best = mpx_plugin_name_suggest(&s->reg, (mpx_kind)k, name);
             snprintf(why, len, "%s.plugin = \"%s\": no %s plugin of that name is installed or known "
