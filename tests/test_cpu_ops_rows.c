@@ -465,6 +465,37 @@ Test(cross_entropy, loss_and_gradient_every_combination)
     tb_close(&t);
 }
 
+/* MPX_OPS_LOSS_OPTIONAL (ABI 1.18): without a loss pointer the backend gives the same
+ * dlogits bits (each logits x dlogits dtype, checked above against the references) and
+ * writes no loss; with neither a loss pointer nor dlogits the call is refused. The flag is
+ * set, so the bert model's backward takes this path on the cpu backend too. */
+Test(cross_entropy, without_a_loss_pointer_the_gradient_is_the_same)
+{
+    tb t = tb_open(2);
+    cr_assert(MPX_OPS_HAS(t.ops, flags) && (t.ops->flags & MPX_OPS_LOSS_OPTIONAL), "backend/cpu lacks the flag");
+    const size_t rows = 5, cols = 37, n = rows * cols;
+    int32_t labels[5] = { 36, 0, 11, 11, 2 };
+    double *lv = dbl(n);
+    for (int il = 0; il < 3; il++)
+        for (int id = 0; id < 3; id++) {
+            mpx_arg lg = tb_alloc(&t, FLOAT_TYPES[il], n);
+            mpx_arg with = tb_alloc(&t, FLOAT_TYPES[id], n), without = tb_alloc(&t, FLOAT_TYPES[id], n);
+            fill_random(lg, n, lv, 90 + il, -6, 6);
+            double loss = 0;
+            cr_assert_eq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, &loss, with, 128.0f), 0, "%s", tb_error(&t));
+            cr_assert_eq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, NULL, without, 128.0f), 0, "%s",
+                         tb_error(&t));
+            size_t bytes = n * mpx_dtype_size(FLOAT_TYPES[id]);
+            cr_expect(memcmp(with.p, without.p, bytes) == 0, "[%s logits, %s dlogits] other bits without a loss pointer",
+                      mpx_dtype_name(lg.t), mpx_dtype_name(with.t));
+            cr_expect(isfinite(loss) && loss > 0, "loss %g", loss);
+        }
+    mpx_arg lg = tb_alloc(&t, MPX_F32, n);
+    cr_assert_neq(t.ops->cross_entropy(t.be, lg, labels, rows, cols, NULL, mpx_a(NULL, MPX_F32), 1.0f), 0);
+    cr_expect(strstr(tb_error(&t), "neither a loss pointer nor dlogits"), "%s", tb_error(&t));
+    tb_close(&t);
+}
+
 /* A dscale of 2^16 (DeepSpeed's fp16 loss at scale 2^16) rounds to inf in fp16, so
  * every gradient element is non-finite; bf16 holds it. */
 Test(cross_entropy, fp16_gradient_of_an_inf_seed_is_non_finite)

@@ -247,9 +247,9 @@ static int cpu_fill_zero(void *vbe, void *p, size_t bytes)
 #ifdef MPX_CPU_NO_FORMATS
 #undef CPU_NAME
 #define CPU_NAME "cpu-noformats"
-#define CPU_OPS_FLAGS 0u
+#define CPU_OPS_FLAGS MPX_OPS_LOSS_OPTIONAL
 #else
-#define CPU_OPS_FLAGS MPX_OPS_FORMATS
+#define CPU_OPS_FLAGS (MPX_OPS_FORMATS | MPX_OPS_LOSS_OPTIONAL)
 #endif
 
 /* With -DMPX_CPU_FAULTY (build/test-plugins/backend-cpu-faulty.so) four ops are one ulp

@@ -432,18 +432,23 @@ int cpu_cross_entropy(void *vbe, mpx_arg logits, const int32_t *labels, size_t r
     cpu_be *be = vbe;
     CPU_CHECK(be, "cross_entropy", "logits", logits, rows * cols);
     CPU_CHECK_OPT(be, "cross_entropy", "dlogits", dlogits, rows * cols);
-    if (!loss) return CPU_FAIL(be, "cpu cross_entropy: loss pointer is NULL");
+    /* loss may be NULL (MPX_OPS_LOSS_OPTIONAL) when dlogits is wanted: a backward */
+    if (!loss && !dlogits.p) return CPU_FAIL(be, "cpu cross_entropy: neither a loss pointer nor dlogits");
     if (rows && (!labels || !cols)) return CPU_FAIL(be, "cpu cross_entropy: no labels or no columns");
     for (size_t i = 0; i < rows; i++)
         if (labels[i] < 0 || (size_t)labels[i] >= cols)
             return CPU_FAIL(be, "cpu cross_entropy: label %d of row %zu is outside [0, %zu)",
                             (int)labels[i], i, cols);
-    if (!rows) { *loss = NAN; return MPX_OK; }
+    if (!rows) {
+        if (loss) *loss = NAN;
+        return MPX_OK;
+    }
     row_job j = { .be = be, .x = logits, .dx = dlogits, .labels = labels, .rows = rows,
                   .cols = cols, .dscale = dscale };
     if (!(j.row_loss = cpu_ws(be, 2, rows * sizeof(double)))) return MPX_ERR_NOMEM;
     cpu_pool_run(be->pool, rows, CPU_ROW_GRAIN, cross_entropy_rows, &j);
     MPX_TRY(finish(&j, "cross_entropy"));
+    if (!loss) return MPX_OK;
     double total = 0.0;     /* in row order: independent of threads */
     for (size_t i = 0; i < rows; i++) total += j.row_loss[i];
     *loss = total / (double)rows;
