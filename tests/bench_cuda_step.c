@@ -14,8 +14,9 @@
  *                   [--fused]                               (backend.cuda.fused = true)
  *                   [--epilogue]                            (backend.cuda.epilogue = true)
  * (from the repository root) prints a Markdown table and writes DIR/cuda_step.md and DIR/cuda_step.json
- * (DIR default results/anchors). --backend cpu runs the same cases on the cpu backend
- * without a ceiling: a check of this program on a machine without a GPU. --profile adds,
+ * (DIR default results/anchors on cuda). --backend cpu runs the same cases on the cpu backend
+ * without a ceiling: a check of this program on a machine without a GPU, which writes
+ * files only where --out says (the committed anchors are the device's). --profile adds,
  * for fp32 and bf16-master, where a step's time goes by op class (tests/bench_profile.h),
  * each op timed between two device synchronisations. */
 #define _GNU_SOURCE
@@ -265,7 +266,7 @@ static int model_dir(char *dir, const char *json)
 int main(int argc, char **argv)
 {
     int steps = 10, batch = 32, profile = 0;
-    const char *out_dir = "results/anchors";
+    const char *out_dir = NULL;   /* results/anchors on cuda; nothing written on another backend without --out */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
@@ -319,12 +320,20 @@ int main(int argc, char **argv)
             if (!r->ok) { fprintf(stderr, "bench_cuda_step: %s %s: %s\n", r->model, r->prec, r->err); rc = 1; }
             else fprintf(stderr, "  %s %s: %.4f s/step\n", r->model, r->prec, r->step_s);
         }
-    mkdir("results", 0777);
-    mkdir(out_dir, 0777);
-    char md_path[512], js_path[512];
-    snprintf(md_path, sizeof md_path, "%s/cuda_step.md", out_dir);
-    snprintf(js_path, sizeof js_path, "%s/cuda_step.json", out_dir);
-    FILE *md = fopen(md_path, "w"), *js = fopen(js_path, "w");
+    /* the committed anchors are the device's: a check of this program on another backend
+     * writes files only where --out says */
+    if (!out_dir && on_cuda) out_dir = "results/anchors";
+    char md_path[512] = "", js_path[512] = "";
+    FILE *md = NULL, *js = NULL;
+    if (out_dir) {
+        if (!strcmp(out_dir, "results/anchors")) mkdir("results", 0777);
+        mkdir(out_dir, 0777);
+        snprintf(md_path, sizeof md_path, "%s/cuda_step.md", out_dir);
+        snprintf(js_path, sizeof js_path, "%s/cuda_step.json", out_dir);
+        md = fopen(md_path, "w");
+        js = fopen(js_path, "w");
+        if (!md || !js) { fprintf(stderr, "bench_cuda_step: cannot write %s or %s\n", md_path, js_path); rc = 1; }
+    }
     FILE *outs[2] = { stdout, md };
     for (int o = 0; o < 2; o++) {
         FILE *f = outs[o];
@@ -362,7 +371,9 @@ int main(int argc, char **argv)
     }
     if (md) fclose(md);
     if (js) fclose(js);
-    printf("\nwritten: %s, %s\n", md_path, js_path);
+    if (out_dir) printf("\nwritten: %s, %s\n", md_path, js_path);
+    else printf("\nnot written: on backend %s, results/anchors keeps the device's numbers (--out DIR writes these)\n",
+                backend_name);
     char rm[256];
     snprintf(rm, sizeof rm, "rm -rf %s %s", mini, base);
     if (system(rm) != 0) fprintf(stderr, "bench_cuda_step: could not remove the model folders\n");
