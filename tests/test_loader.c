@@ -214,6 +214,32 @@ Test(loader, refuses_null_required_entries_by_name)
               strstr(out, "has no step") && strstr(out, "rc=2"), "%s", out);
 }
 
+/* A refused file named as a built-in, in a folder searched first, would have been the
+ * user's choice: the run uses the built-in and says so in a note (stderr and run.json).
+ * A plugin refused for a newer ABI minor is still named when a config selects it. */
+Test(loader, a_refused_plugin_is_named_where_it_would_have_been_used)
+{
+    const char *p[] = { "null_sgd", "newer_minor" };
+    char *d = folder_with(p, 2);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx run configs/toy.cfg --plugin-dir %s -s "
+             "'optimizer.plugin=\"sgd\"' -s train.max_steps=2 --out %s/run 2>&1; echo rc=$?", d, d);
+    const char *out = run_capture(cmd);
+    char want[1200], cwd[400];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "optimizer/sgd: using %s/build/bin/../plugins/optimizer-sgd.so, because %s/null_sgd.so, of "
+             "the same kind and name, was refused: optimizer/sgd: its optimizer vtable (56 bytes) has no step", cwd, d);
+    cr_expect(strstr(out, want) && strstr(out, "rc=0"), "want \"%s\" in:\n%s", want, out);
+    snprintf(cmd, sizeof cmd, "grep -c 'null_sgd.so, of the same kind' %s/run/run.json", d);
+    out = run_capture(cmd);
+    cr_expect(atoi(out) == 1, "run.json's notes: %s", out);
+    snprintf(cmd, sizeof cmd, "MPX_PLUGIN_PATH= build/bin/mpx check configs/toy.cfg --plugin-dir %s -s "
+             "'precision.plugin=\"fakeminor\"' 2>&1", d);
+    out = run_capture(cmd);
+    cr_expect(strstr(out, "\"fakeminor\": a plugin of that name was found but refused: ") &&
+              strstr(out, "newer than this mpx's ABI"), "%s", out);
+}
+
 /* A backend's own `ops` is whole but the table its instance hands over (instance_ops)
  * lacks gelu_bwd: it loads, and the run fails when its session starts, naming the op,
  * before any op is called (each is a placeholder that would crash). */

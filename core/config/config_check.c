@@ -211,14 +211,19 @@ static void check_selection(const check_ctx *x, const mpx_group_schema *g, confi
         mpx_suggest_init(&sg, name);
         offer_subs(x, g, &sg);
         const char *best = mpx_suggest_best(&sg);
+        char why[2048];
+        const int refused = g->plugin_kind >= 0 && x->src && x->src->refused &&
+                            x->src->refused(x->src->ctx, (mpx_kind)g->plugin_kind, name, why, sizeof why);
         if (config_setting_get_hook(sel) == mpx_config_default_where) {
-            mpx_errs_add(x->e, "%s: '%s.%s' is not set and its default \"%s\" is not installed (%s)",
-                         x->path ? x->path : "config", g->name, g->selector, name, subs);
+            if (refused)
+                mpx_errs_add(x->e, "%s: '%s.%s' is not set and its default \"%s\" was found but refused: %s",
+                             x->path ? x->path : "config", g->name, g->selector, name, why);
+            else
+                mpx_errs_add(x->e, "%s: '%s.%s' is not set and its default \"%s\" is not installed (%s)",
+                             x->path ? x->path : "config", g->name, g->selector, name, subs);
             return;
         }
-        char why[TEXT_LEN];
-        if (g->plugin_kind >= 0 && x->src && x->src->refused &&
-            x->src->refused(x->src->ctx, (mpx_kind)g->plugin_kind, name, why, sizeof why)) {
+        if (refused) {
             mpx_errs_add(x->e, "%s: '%s.%s' = \"%s\": a plugin of that name was found but refused: %s", w, g->name,
                          g->selector, name, why);
             return;

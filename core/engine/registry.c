@@ -142,6 +142,9 @@ static void load_one(mpx_plugin_rec *rec, const mpx_host *host)
         return;
     }
     if (d->abi_minor > MPX_ABI_MINOR) {
+        /* the same major lays out the descriptor's head alike: keep its kind and name, so
+         * that a config naming it is told why it is refused */
+        if (d->size >= MIN_DESC_SIZE) memcpy(&rec->desc, d, MIN_DESC_SIZE);
         refuse(rec, "built for plugin ABI %s, newer than this mpx's ABI %s: update mpx", theirs, ours);
         return;
     }
@@ -292,15 +295,21 @@ const mpx_plugin_rec *mpx_registry_find(const mpx_registry *r, mpx_kind kind, co
     return NULL;
 }
 
-const char *mpx_registry_refusal(const mpx_registry *r, mpx_kind kind, const char *name, char *buf, size_t len)
+const mpx_plugin_rec *mpx_registry_refused(const mpx_registry *r, mpx_kind kind, const char *name)
 {
     for (size_t i = 0; i < r->n; i++) {
         const mpx_plugin_rec *rec = &r->recs[i];
-        if (!rec->error || !rec->desc.name || rec->desc.kind != kind || strcmp(rec->desc.name, name)) continue;
-        snprintf(buf, len, "%s: %s", rec->path, rec->error);
-        return buf;
+        if (rec->error && rec->desc.name && rec->desc.kind == kind && !strcmp(rec->desc.name, name)) return rec;
     }
     return NULL;
+}
+
+const char *mpx_registry_refusal(const mpx_registry *r, mpx_kind kind, const char *name, char *buf, size_t len)
+{
+    const mpx_plugin_rec *rec = mpx_registry_refused(r, kind, name);
+    if (!rec) return NULL;
+    snprintf(buf, len, "%s: %s", rec->path, rec->error);
+    return buf;
 }
 
 static int by_name(const void *a, const void *b)

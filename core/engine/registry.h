@@ -48,6 +48,9 @@ const mpx_plugin_rec *mpx_registry_find(const mpx_registry *r, mpx_kind kind, co
  * buf), or NULL when none was: a selector naming it is then told why, not only that no
  * such plugin is installed. */
 const char *mpx_registry_refusal(const mpx_registry *r, mpx_kind kind, const char *name, char *buf, size_t len);
+/* The first refused record that declared this kind and name, or NULL (the descriptor of a
+ * plugin of another major ABI is not read, so it is never found here). */
+const mpx_plugin_rec *mpx_registry_refused(const mpx_registry *r, mpx_kind kind, const char *name);
 
 /* Parse "NAME" or "KIND/NAME"; *kind is -1 when no kind was given. */
 int mpx_parse_plugin_ref(const char *ref, int *kind, char *name, size_t name_len);

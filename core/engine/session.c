@@ -93,6 +93,13 @@ static int select_plugins(mpx_session *s, char *err, size_t errlen)
                      mpx_registry_dirs_text(&s->reg, dirs, sizeof dirs));
             return -1;
         }
+        /* a refused file of this name that would have won (an earlier folder, or the
+         * same): the user meant it, and gets another one */
+        static unsigned noted;   /* once a process per kind: mpx plugins --compat selects for every pair */
+        const mpx_plugin_rec *bad = mpx_registry_refused(&s->reg, (mpx_kind)k, name);
+        if (bad && bad->dir_index <= rec->dir_index && !(noted & 1u << k) && (noted |= 1u << k))
+            mpx_note("%s/%s: using %s, because %s, of the same kind and name, was refused: %s", kind_group[k], name,
+                     rec->path, bad->path, bad->error);
         mpx_instance *in = &s->inst[k];
         in->rec = rec;
         in->env.pub.host = &mpx_core_host;

@@ -1,5 +1,10 @@
 /* Test-only optimizer "nullstep": its vtable leaves step NULL (a required ABI 1.0 entry),
- * so the loader must refuse it and name the entry, never call it. */
+ * so the loader must refuse it and name the entry, never call it. Built again by
+ * null_sgd.c under the name of the built-in "sgd" (NULL_STEP_NAME), which a run must
+ * then use with a note that says why. */
+#ifndef NULL_STEP_NAME
+#define NULL_STEP_NAME "nullstep"
+#endif
 #include "mpx/mpx.h"
 
 static int nullstep_create(mpx_env *env, void **self) { (void)env; *self = NULL; return MPX_OK; }
@@ -19,7 +24,7 @@ static const mpx_optimizer_vtable nullstep_vtable = {
 static const mpx_plugin_desc nullstep_desc = {
     MPX_DESC_HEADER,
     .kind = MPX_KIND_OPTIMIZER,
-    .name = "nullstep",
+    .name = NULL_STEP_NAME,
     .version = "1.0.0",
     .summary = "test only: an optimizer without a step",
     .vtable = &nullstep_vtable,
