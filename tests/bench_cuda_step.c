@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,13 +327,22 @@ int main(int argc, char **argv)
     char md_path[512] = "", js_path[512] = "";
     FILE *md = NULL, *js = NULL;
     if (out_dir) {
-        if (!strcmp(out_dir, "results/anchors")) mkdir("results", 0777);
-        mkdir(out_dir, 0777);
+        char part[512];   /* make DIR and the folders above it, as mkdir -p */
+        snprintf(part, sizeof part, "%s", out_dir);
+        for (char *c = part + 1; *c; c++)
+            if (*c == '/') { *c = 0; mkdir(part, 0777); *c = '/'; }
+        mkdir(part, 0777);
         snprintf(md_path, sizeof md_path, "%s/cuda_step.md", out_dir);
         snprintf(js_path, sizeof js_path, "%s/cuda_step.json", out_dir);
         md = fopen(md_path, "w");
-        js = fopen(js_path, "w");
-        if (!md || !js) { fprintf(stderr, "bench_cuda_step: cannot write %s or %s\n", md_path, js_path); rc = 1; }
+        js = md ? fopen(js_path, "w") : NULL;
+        if (!md || !js) {
+            fprintf(stderr, "bench_cuda_step: cannot write %s: %s\n", md ? js_path : md_path, strerror(errno));
+            if (md) fclose(md);
+            md = NULL;
+            out_dir = NULL;
+            rc = 1;
+        }
     }
     FILE *outs[2] = { stdout, md };
     for (int o = 0; o < 2; o++) {
@@ -372,7 +382,7 @@ int main(int argc, char **argv)
     if (md) fclose(md);
     if (js) fclose(js);
     if (out_dir) printf("\nwritten: %s, %s\n", md_path, js_path);
-    else printf("\nnot written: on backend %s, results/anchors keeps the device's numbers (--out DIR writes these)\n",
+    else if (!rc) printf("\nnot written: on backend %s, results/anchors keeps the device's numbers (--out DIR writes these)\n",
                 backend_name);
     char rm[256];
     snprintf(rm, sizeof rm, "rm -rf %s %s", mini, base);
