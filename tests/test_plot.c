@@ -80,7 +80,8 @@ Test(plot, errors_are_clear)
 }
 
 /* --smooth N: the loss drawn is the trailing mean of the last N steps (hand-computed for
- * losses 1..10 and N = 3), the other panels untouched. A stand-in gnuplot keeps the data
+ * losses 1..10 and N = 3), the other panels untouched (an lr and a loss scale that change
+ * every step come out as written). A stand-in gnuplot keeps the data
  * file the real one would draw from. */
 Test(plot, smooth_draws_the_trailing_mean)
 {
@@ -93,7 +94,8 @@ Test(plot, smooth_draws_the_trailing_mean)
     FILE *f = fopen(path, "w");
     cr_assert(f);
     fputs("step,loss,lr,grad_norm,loss_scale,skipped,tokens_per_s,elapsed_s\n", f);
-    for (int i = 0; i < 10; i++) fprintf(f, "%d,%d,0.1,1,1,0,1,1\n", i, i + 1);
+    /* lr and the loss scale change every step: smoothing them too would move them */
+    for (int i = 0; i < 10; i++) fprintf(f, "%d,%d,%g,1,%d,0,1,1\n", i, i + 1, 0.125 * (i + 1), 1 << i);
     fclose(f);
     snprintf(path, sizeof path, "%s/fake-gnuplot", dir);
     char script[2048];
@@ -109,7 +111,8 @@ Test(plot, smooth_draws_the_trailing_mean)
     for (int i = 0; i < 10; i++) {
         double step, loss, scale, lr;
         cr_assert_eq(sscanf(line, "%lf\t%lf\t%lf\t%lf", &step, &loss, &scale, &lr), 4, "%s", line);
-        cr_expect(step == i && loss == want[i] && scale == 1 && lr == 0.1, "row %d: %s", i, line);
+        cr_expect(step == i && loss == want[i] && scale == (double)(1 << i) && lr == 0.125 * (i + 1), "row %d: %s", i,
+                  line);
         line = strchr(line, '\n') + 1;
     }
     free(data);
@@ -194,6 +197,9 @@ Test(plot, a_cell_without_a_name_string_is_labelled_by_run_name)
     cr_assert_eq(ts_sh(NULL, 0, "mkdir -p %s", run), 0);
     json_t *rec = json_pack("{s:{s:{s:{s:s}}}}", "config", "effective", "run", "name", "alpha_run");
     cr_assert_str_eq(mpx_run_label(run, rec, label, sizeof label), "alpha_run");
+    /* and the index is read: a cell with its name string is labelled by it */
+    ts_write_file(path, "{\"cells\": [{\"folder\": \"a\", \"name\": \"cell_a\"}]}");
+    cr_expect_str_eq(mpx_run_label(run, rec, label, sizeof label), "cell_a");
     json_decref(rec);
 }
 
