@@ -105,8 +105,51 @@ Test(fp8, delayed_keeps_first_and_last_layers_in_bf16_by_default, .timeout = 120
                   !strcmp(json_string_value(json_array_get(d, 1)), "bf16"), "%s not in bf16", bf16[i]);
     }
     /* two layers, both first or last: no GEMM input was scaled */
-    cr_expect_eq(json_array_size(json_object_get(json_object_get(json_object_get(j, "metrics"), "scaling"), "tensors")), 0u);
+    json_t *tensors = json_object_get(json_object_get(json_object_get(j, "metrics"), "scaling"), "tensors");
+    cr_expect(json_is_array(tensors) && json_array_size(tensors) == 0, "metrics.scaling.tensors: %zu, or missing",
+              json_array_size(tensors));
     json_decref(j);
+}
+
+/* With four layers (the tiny BERT's shapes, random weights) only layers 0 and 3 and the
+ * head stay in bf16: layers 1 and 2 are not listed, and their GEMM inputs are scaled. */
+Test(fp8, delayed_middle_layers_of_four_run_in_fp8, .timeout = 120)
+{
+    char dir[] = "/tmp/mpx-fp8-four-XXXXXX", cmd[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "sed 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 4/' tests/fixtures/bert/tiny/config.json "
+             ">%s/config.json && grep -q '\"num_hidden_layers\": 4' %s/config.json", dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char extra[512];
+    snprintf(extra, sizeof extra, "-s 'precision.plugin=\"fp8-delayed\"' -s train.max_steps=2 -s 'model.checkpoint=\"%s\"' "
+             "-s model.bert-qa.random_init=true", dir);
+    int rc;
+    json_t *j = tiny_run(extra, &rc);
+    cr_assert(j && rc == 0, "run failed (%d)", rc);
+    json_t *pg = json_object_get(json_object_get(j, "precision"), "param_gemm");
+    cr_assert(json_is_object(pg), "precision.param_gemm missing");
+    for (int layer = 0; layer < 4; layer++) {
+        char name[96];
+        snprintf(name, sizeof name, "encoder.layer.%d.attention.self.query.weight", layer);
+        json_t *d = json_object_get(pg, name);
+        int bf16 = d && !strcmp(json_string_value(json_array_get(d, 0)), "bf16");
+        cr_expect_eq(bf16, layer == 0 || layer == 3, "%s: %s", name, bf16 ? "bf16" : "not listed as bf16");
+    }
+    cr_expect(json_object_get(pg, "qa_outputs.weight"), "the head is not in bf16");
+    json_t *tensors = json_object_get(json_object_get(json_object_get(j, "metrics"), "scaling"), "tensors");
+    int middle = 0, outer = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tensors, i, t) {
+        const char *n = json_string_value(json_object_get(t, "tensor"));
+        middle += n && (strstr(n, "encoder.layer.1.") || strstr(n, "encoder.layer.2."));
+        outer += n && (strstr(n, "encoder.layer.0.") || strstr(n, "encoder.layer.3."));
+    }
+    cr_expect_gt(middle, 0, "no scaled weight of layers 1 and 2 among %zu", json_array_size(tensors));
+    cr_expect_eq(outer, 0, "%d weights of layers 0 and 3 scaled to fp8", outer);
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    system(cmd);
 }
 
 /* MS-AMP O2's optimizer state on fp8-delayed: E4M3 exp_avg and fp16 exp_avg_sq, each with
