@@ -276,6 +276,39 @@ Test(matrix, a_plugin_option_is_not_applicable_to_runs_of_other_plugins)
                        "--metric accuracy 2>&1", dir), 0, "%s", out);
     cr_expect(strstr(out, "| precision.plugin \\ precision.amp.dtype | bf16 | fp16 | \u2014 |"), "%s", out);
     cr_expect(strstr(out, "| fp32 | \u2014 | \u2014 | "), "%s", out);
+    /* each cell holds the one run made with its settings, at that run's own accuracy */
+    char *js = malloc(1 << 16);
+    cr_assert_eq(ts_sh(js, 1 << 16, "build/bin/mpx matrix %s --rows precision.plugin --cols precision.amp.dtype "
+                       "--metric accuracy --format json", dir), 0, "%s", js);
+    json_error_t e;
+    json_t *m = json_loads(js, 0, &e);
+    cr_assert_not_null(m, "%s\n%s", e.text, js);
+    static const struct { const char *row, *col, *run; } want[] = {
+        { "amp", "bf16", "amp-bf16" }, { "amp", "fp16", "amp16" }, { "fp32", "\u2014", "fp32" },
+    };
+    json_t *cells = json_object_get(m, "cells");
+    cr_expect_eq(json_array_size(cells), 3, "%s", js);
+    for (size_t k = 0; k < 3; k++) {
+        json_t *c = NULL, *x;
+        size_t i;
+        json_array_foreach(cells, i, x)
+            if (!strcmp(json_string_value(json_object_get(x, "row")), want[k].row) &&
+                !strcmp(json_string_value(json_object_get(x, "col")), want[k].col)) c = x;
+        cr_assert_not_null(c, "no cell %s / %s:\n%s", want[k].row, want[k].col, js);
+        json_t *runs = json_object_get(c, "runs");
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, want[k].run);
+        cr_expect(json_array_size(runs) == 1 && !strcmp(json_string_value(json_object_get(json_array_get(runs, 0), "dir")), path),
+                  "cell %s / %s does not hold %s alone", want[k].row, want[k].col, path);
+        snprintf(path, sizeof path, "%s/%s/run.json", dir, want[k].run);
+        json_t *rec = ts_load_json(path);
+        double acc = json_number_value(json_object_get(json_object_get(rec, "metrics"), "accuracy"));
+        cr_expect_eq(stat_of(c, "accuracy", "mean"), acc, "cell %s / %s: %.17g, its run %.17g", want[k].row, want[k].col,
+                     stat_of(c, "accuracy", "mean"), acc);
+        json_decref(rec);
+    }
+    json_decref(m);
+    free(js);
     /* a key no run has is still an error */
     cr_expect_eq(ts_sh(out, sizeof out, "build/bin/mpx matrix %s --rows precision.plugin --cols precision.amp.dtyp "
                        "--metric accuracy 2>&1", dir), 2, "%s", out);
