@@ -72,17 +72,33 @@ Test(fp8, delayed_trains_tiny_bert_in_one_byte_weights_and_grads, .timeout = 120
     json_t *sc = json_object_get(metrics(j), "scaling");
     cr_assert_not_null(sc, "metrics.scaling missing");
     cr_expect_str_eq(json_string_value(json_object_get(sc, "recipe")), "delayed");
+    cr_expect_str_eq(json_string_value(json_object_get(sc, "amax_compute_algo")), "max");   /* the defaults the scale */
+    cr_expect_eq(json_integer_value(json_object_get(sc, "margin")), 0);                      /* check below assumes */
     json_t *tensors = json_object_get(sc, "tensors");
     cr_expect_gt(json_array_size(tensors), 20u);
-    int named_weight = 0, e5m2 = 0;
+    int named_weight = 0, e5m2 = 0, derived = 0;
     for (size_t i = 0; i < json_array_size(tensors); i++) {
         json_t *t = json_array_get(tensors, i);
         double s = json_number_value(json_object_get(t, "scale"));
         cr_expect(isfinite(s) && s > 0, "tensor %zu scale %g", i, s);
+        /* Transformer Engine's delayed update (algo "max", margin 0): scale = the format's
+         * largest value / the largest amax of the history, one fp32 division */
+        float amax = 0.0f;
+        size_t h;
+        json_t *a;
+        json_array_foreach(json_object_get(t, "amax_history"), h, a) amax = fmaxf(amax, (float)json_number_value(a));
+        const char *fmt = json_string_value(json_object_get(t, "format"));
+        const float fmax = fmt && !strcmp(fmt, "fp8-e5m2") ? 57344.0f : 448.0f;
+        if (amax > 0.0f) {
+            derived++;
+            cr_expect_eq(s, (double)(fmax / amax), "%s (%s): scale %.9g, %g / amax %.9g = %.9g",
+                         json_string_value(json_object_get(t, "tensor")), fmt, s, fmax, amax, (double)(fmax / amax));
+        }
         named_weight |= !strcmp(json_string_value(json_object_get(t, "tensor")), "encoder.layer.0.attention.self.query.weight");
         e5m2 |= !strcmp(json_string_value(json_object_get(t, "format")), "fp8-e5m2");
         cr_expect_eq(json_array_size(json_object_get(t, "amax_history")), 1024u);
     }
+    cr_expect_gt(derived, 20, "only %d scales derived from their histories", derived);
     cr_expect(named_weight, "the query weight's scale is recorded under its parameter name");
     cr_expect(e5m2, "backward GEMM inputs are scaled in E5M2");
     json_decref(j);
