@@ -3,6 +3,7 @@
  * used to replace a good run.json with an empty file (the crash handler renamed after
  * a short write), now the previous record stays. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,10 +45,15 @@ Test(faults, a_signal_on_a_full_disk_keeps_the_previous_record, .timeout = 60)
     if (ts_sh(NULL, 0, "mknod %s/run/run.json.crash c 1 7 2>/dev/null", d) != 0)
         cr_skip_test("cannot mknod a /dev/full node here (no CAP_MKNOD): the full-disk crash record is not tested");
     int rc = ts_sh(out, sizeof out, "MPX_FAULT_AT_STEP=5 build/bin/mpx run configs/toy.cfg -s train.max_steps=10 "
-                   "--out %s/run 2>&1; true", d);
+                   "--out %s/run 2>&1; echo rc=$?", d);
     cr_expect_eq(rc, 0);
-    snprintf(path, sizeof path, "%s/run/run.json", d);
+    cr_expect(strstr(out, "rc=134"), "not ended by SIGABRT (128 + 6):\n%s", out);
+    /* the crash handler ran: its write to the full disk failed, and it removed its
+     * temporary (the node) instead of renaming a torn file over the record */
     struct stat st;
+    snprintf(path, sizeof path, "%s/run/run.json.crash", d);
+    cr_expect(lstat(path, &st) != 0 && errno == ENOENT, "%s is still there", path);
+    snprintf(path, sizeof path, "%s/run/run.json", d);
     cr_assert_eq(lstat(path, &st), 0);
     cr_expect(S_ISREG(st.st_mode) && st.st_size > 100, "run.json is a whole file (%lld bytes)", (long long)st.st_size);
     json_t *j = ts_load_json(path);
