@@ -137,6 +137,7 @@ Test(records, notes_are_kept_in_the_record)
     cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "killed");
     notes = json_object_get(j, "notes");
     cr_expect(json_is_array(notes) && json_array_size(notes) == 1, "notes of the killed run");
+    cr_expect_str_eq(json_string_value(json_array_get(notes, 0)), "optimizer.no_decay: \"zzz\" matches no parameter");
     json_decref(j);
     /* and a run with nothing to say has no "notes" */
     char *quiet = tmp_dir();
@@ -175,7 +176,7 @@ Test(records, a_run_that_fails_says_why)
     cr_expect_str_eq(json_string_value(json_object_get(j, "status")), "failed");
     const char *err = json_string_value(json_object_get(j, "error"));
     cr_assert_not_null(err);
-    cr_expect(strstr(err, "batch_size"), "%s", err);
+    cr_expect(strstr(err, "train.batch_size 600: the toy task takes at most 512 rows"), "%s", err);
     json_decref(j);
 }
 

@@ -224,6 +224,8 @@ Test(decay, list_replaces_defaults_and_reports_unmatched)
     size_t matches[1];
     cr_assert_eq(mpx_decay_flags(bert_names, bias_only, 8, sub, 1, nd, matches), 0);
     cr_assert_eq(matches[0], 0);
+    /* the list replaced the defaults: no tensor is left without decay, biases included */
+    for (int i = 0; i < 8; i++) cr_assert_eq(nd[i], 0, "%s kept its default", bert_names[i]);
     const char *const empty[] = { "" };
     cr_assert_eq(mpx_decay_flags(bert_names, bias_only, 8, empty, 1, nd, NULL), -1);
 }
