@@ -170,6 +170,24 @@ static char *kill_sweep_at(const char *point, int rerun, const char *said)
     snprintf(env, sizeof env, "MPX_SWEEP_FAULT=%s MPX_SWEEP_FAULT_STEP=15", point);
     cr_assert_eq(sweep_in(hit, env, out, sizeof out), 128 + 9, "the sweep dies on SIGKILL at %s:\n%s", point, out);
     cr_expect(strstr(out, said) != NULL, "no '%s' in\n%s", said, out);
+    if (!strncmp(point, "index:", 6)) {
+        /* read before the rerun: the index as the last whole write left it (none before the
+         * first), cell k's record written but not yet counted in it */
+        char path[1024];
+        snprintf(path, sizeof path, "%s/out/s/sweep.json", hit);
+        size_t k = (size_t)atoi(point + 6), n;
+        json_error_t e;
+        json_t *idx = json_load_file(path, 0, &e), *c;
+        if (k == 0) cr_expect_null(idx, "%s exists after its first write was cut", path);
+        else {
+            cr_assert_not_null(idx, "%s does not parse after the kill: %s", path, e.text);
+            json_array_foreach(json_object_get(idx, "cells"), n, c)
+                cr_expect_eq(!strcmp(json_string_value(json_object_get(c, "state")), "finished"), n + 1 < k,
+                             "cell %zu is %s in the index left by the kill at %s", n + 1,
+                             json_string_value(json_object_get(c, "state")), point);
+            json_decref(idx);
+        }
+    }
     if (!strncmp(point, "orphan:", 7)) {
         json_t *r = finished_record(hit, (size_t)atoi(point + 7));
         cr_expect_str_eq(json_string_value(json_object_get(r, "status")), "finished", "the orphaned run finishes");
