@@ -218,7 +218,7 @@ static int run_cells(const sweep_opts *o, const mpx_sweep *sw, mpx_sweep_cell *c
         (*ran)++;
         states[i] = after_run(sw, c, &oc);
         report_cell(k, m, c, states[i], &oc);
-        if (mpx_sweep_fault_at("index", k)) mpx_sweep_fault_torn_index(sweep_dir);
+        if (mpx_sweep_fault_at("index", k)) mpx_sweep_fault_arm_index();
         mpx_sweep_write_index(sw, sweep_dir, cells, states, uov, o->cli.n_overrides);
         if (mpx_sweep_fault_at("between", k)) mpx_sweep_fault_die("between two cells");
         if (oc.interrupted || oc.signal == SIGINT || oc.signal == SIGTERM || oc.signal == SIGHUP) {
@@ -326,7 +326,7 @@ static int sweep(const sweep_opts *o, const mpx_sweep *sw, mpx_session *s)
         if (!strcmp(states[i], "skipped") || (!todo[i] && !strcmp(states[i], "failed")))
             fprintf(stderr, "mpx sweep: %s: %s: %s\n", cells[i].name, states[i],
                     cells[i].why[0] ? cells[i].why : cells[i].rec_why);
-    if (mpx_sweep_fault_at("index", 0)) mpx_sweep_fault_torn_index(sweep_dir);
+    if (mpx_sweep_fault_at("index", 0)) mpx_sweep_fault_arm_index();
     if (mpx_sweep_write_index(sw, sweep_dir, cells, states, o->cli.overrides, o->cli.n_overrides)) {
         fprintf(stderr, "mpx sweep: cannot write %s/sweep.json\n", sweep_dir);
         goto out;

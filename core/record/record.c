@@ -14,6 +14,8 @@
 
 /* ---- atomic JSON ------------------------------------------------------------------ */
 
+void (*mpx_atomic_before_rename)(const char *tmp, const char *path);
+
 int mpx_write_json_atomic(const char *path, json_t *j)
 {
     char tmp[PATH_MAX + 32];
@@ -32,6 +34,7 @@ int mpx_write_json_atomic(const char *path, json_t *j)
         errno = saved; /* the caller names the file and this errno (e.g. ENOSPC) */
         return -1;
     }
+    if (mpx_atomic_before_rename) mpx_atomic_before_rename(tmp, path);
     if (rename(tmp, path) != 0) {
         saved = errno;
         unlink(tmp);

@@ -48,6 +48,10 @@ const char *mpx_disk_full_errno(const char *error);
 
 /* Write `j` to `path` atomically (temp file in the same folder + rename). */
 int mpx_write_json_atomic(const char *path, json_t *j);
+/* Tests: when set, mpx_write_json_atomic calls it with its temporary (written whole and
+ * closed) and the path it is about to replace, before the rename (the sweep's fault hook
+ * cuts the temporary and dies there: sweep_fault.c). NULL otherwise. */
+extern void (*mpx_atomic_before_rename)(const char *tmp, const char *path);
 
 /* mkdir -p */
 int mpx_mkdirs(const char *path);

@@ -162,14 +162,16 @@ int mpx_sweep_exec(const mpx_sweep *sw, const mpx_sweep_cell *c, const char *con
  *   orphan   the same, but the sweep alone dies: its run goes on and finishes by itself
  *   record   after the run exited with its record written, before the sweep reads it
  *   index    while writing sweep.json after cell K (K = 0: the first write, before any
- *            cell): a torn sweep.json.tmp.PID is left and sweep.json is the previous one
+ *            cell): the real writer's temporary, cut to half, is left as sweep.json.tmp.PID
+ *            and sweep.json is the previous one
  *   between  after sweep.json is written for cell K, before the next cell starts */
 int mpx_sweep_fault_at(const char *point, size_t k);
 long long mpx_sweep_fault_step(void);
 /* Die on SIGKILL now, saying so on stderr. */
 void mpx_sweep_fault_die(const char *what);
-/* Leave a torn sweep.json.tmp.PID in sweep_dir, then die on SIGKILL. */
-void mpx_sweep_fault_torn_index(const char *sweep_dir);
+/* Make the next write of a sweep.json die on SIGKILL before its rename, its temporary
+ * (written by mpx_write_json_atomic) cut to half. */
+void mpx_sweep_fault_arm_index(void);
 
 /* The child's argv (NULL-terminated, malloc'd array; the strings belong to the sweep, the
  * cell and the caller): mpx run BASE -s OV... -s EXTRA... --out DIR [--plugin-dir D]...

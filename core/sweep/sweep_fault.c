@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int mpx_sweep_fault_at(const char *point, size_t k)
@@ -41,18 +42,15 @@ void mpx_sweep_fault_die(const char *what)
     _exit(137); /* not reached */
 }
 
-void mpx_sweep_fault_torn_index(const char *sweep_dir)
+/* The index's temporary, written whole by mpx_write_json_atomic: cut it to half, as a
+ * kill half-way through writing it would leave it, and die before the rename. */
+static void die_before_index_rename(const char *tmp, const char *path)
 {
-    /* As if killed half-way through writing the temporary file: the rename never came. */
-    static const char torn[] = "{\n  \"axes\": [\n    {\n      \"key\": \"run.se";
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/sweep.json.tmp.%ld", sweep_dir, (long)getpid());
-    int fd = mpx_mkdirs(sweep_dir) == 0 ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
-    if (fd >= 0) {
-        ssize_t w = write(fd, torn, sizeof torn - 1);
-        (void)w;
-        fsync(fd);
-        close(fd);
-    }
+    size_t n = strlen(path);
+    if (n < 11 || strcmp(path + n - 11, "/sweep.json")) return;   /* only the index's write */
+    struct stat st;
+    if (stat(tmp, &st) == 0 && truncate(tmp, st.st_size / 2) != 0) perror("mpx sweep: MPX_SWEEP_FAULT: truncate");
     mpx_sweep_fault_die("while writing sweep.json");
 }
+
+void mpx_sweep_fault_arm_index(void) { mpx_atomic_before_rename = die_before_index_rename; }
