@@ -152,7 +152,7 @@ Test(hostile_squad, a_dev_context_of_one_very_long_word_evaluates, .timeout = 60
     snprintf(path, sizeof path, "%s/predictions.json", run);
     json_t *pred = ts_load_json(path);
     for (int i = 0; i < 2; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "q%d", i);
         const char *t = json_string_value(json_object_get(pred, id));
         cr_assert_not_null(t, "no prediction for %s", id);
