@@ -74,6 +74,7 @@ static void sweep(const mpx_format *f, int saturate, uint64_t hash[512])
     json_t *lows = json_object_get(root, "low_bits");
     size_t n_low = json_array_size(lows);
     uint32_t low[16];
+    cr_assert(n_low > 0 && n_low <= 16, "the fixture's low_bits: %zu values, 1 to 16 expected", n_low);
     for (size_t j = 0; j < n_low; j++) low[j] = (uint32_t)json_integer_value(json_array_get(lows, j));
     for (uint32_t hi = 0; hi < (1u << 20); hi++) {
         uint64_t *h = &hash[hi >> 11];
@@ -105,19 +106,23 @@ Test(formats, dense_sweep_encodes_as_ml_dtypes, .init = load, .fini = unload, .t
 {
     const char *name;
     json_t *rec;
-    int bad = 0;
+    int bad = 0, n = 0, n_sat = 0;
     static uint64_t h[512];
     json_object_foreach(json_object_get(root, "formats"), name, rec) {
         mpx_format f = from_json(name, rec);
         sweep(&f, 0, h);
         bad += compare_sweep(name, "sweep", json_object_get(rec, "sweep"), h);
+        n++;
         json_t *sat = json_object_get(rec, "sweep_sat");
         if (sat) {
             sweep(&f, 1, h);
             bad += compare_sweep(name, "sweep_sat", sat, h);
+            n_sat++;
         }
     }
     cr_assert_eq(bad, 0, "%d binades differ", bad);
+    /* every format swept, and the saturating encoder on the fixture's (the two OCP fp8) */
+    cr_expect(n == 10 && n_sat >= 2, "%d formats swept, %d saturating", n, n_sat);
 }
 
 /* Hand-derived: the OCP E4M3 and E5M2 corner values. */
