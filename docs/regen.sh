@@ -48,4 +48,13 @@ if [ $check -eq 1 ]; then
 else
     cp "$out" "$file"
     echo "regen.sh: $file: $n block(s) written"
+    # in a checkout whose results/ holds what git does not (a running or unpublished cell),
+    # a block over a folder shows it: the committed page is regenerated on an archive of
+    # HEAD (results/bingbert-repro/publish.sh does)
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1 &&
+       [ -n "$(git status --porcelain --untracked-files=all -- results 2>/dev/null | head -1)" ]; then
+        echo "regen.sh: warning: results/ holds files git does not (git status -- results): blocks over" \
+             "their folders show them; regenerate on 'git archive HEAD results docs' to write only" \
+             "committed records" >&2
+    fi
 fi
